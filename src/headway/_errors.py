@@ -1,0 +1,60 @@
+"""Every exception headway raises, in one tree.
+
+    HeadwayError                  catch-all for headway's own failures
+    ├── BackendUnavailable        Redis or the database is down, or slower than its budget
+    └── LockError                 something about one lock (``.resource`` names it)
+        ├── LockNotAcquired       ``acquire`` gave up: timeout elapsed, or no quorum
+        ├── LockNotOwned          release/extend of a lease that is no longer held
+        └── LockLost              ``hold()`` lost its lease; the protected block was cancelled
+
+Bad arguments (a TTL <= 0, an absurd timeout) raise the built-in ``ValueError``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendUnavailable",
+    "HeadwayError",
+    "LockError",
+    "LockLost",
+    "LockNotAcquired",
+    "LockNotOwned",
+]
+
+
+class HeadwayError(Exception):
+    """Base class of every headway error."""
+
+
+class BackendUnavailable(HeadwayError):
+    """The backend (Redis, a Redlock quorum, the database) could not answer in time.
+
+    Catch it to fail open or closed deliberately; ``backend`` names what failed.
+    """
+
+    def __init__(self, message: str, *, backend: str) -> None:
+        super().__init__(message)
+        self.backend = backend
+
+
+class LockError(HeadwayError):
+    """A lock operation failed; ``resource`` names the lock."""
+
+    def __init__(self, message: str, *, resource: str) -> None:
+        super().__init__(message)
+        self.resource = resource
+
+
+class LockNotAcquired(LockError):
+    """The lock could not be acquired before the timeout (or without a quorum)."""
+
+
+class LockNotOwned(LockError):
+    """The lease is no longer held (it expired, or another holder took over).
+
+    Nothing belonging to another holder was touched.
+    """
+
+
+class LockLost(LockError):
+    """``hold()`` could not keep its lease; the protected block was cancelled."""

@@ -1,0 +1,42 @@
+"""Lua scripts: loaded from ``headway/lua/*.lua``, run with EVALSHA.
+
+A Redis restart or ``SCRIPT FLUSH`` makes EVALSHA fail with NOSCRIPT; the same
+call then falls back to EVAL (which also caches the script again), so callers
+never see it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any
+
+from redis import exceptions as redis_errors
+
+__all__ = ["Script"]
+
+Arg = str | int | float | bytes
+
+
+class Script:
+    """One Lua script from the package, callable on async and sync clients."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.source = (resources.files("headway") / "lua" / f"{name}.lua").read_text("utf-8")
+        self.sha = hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
+
+    async def run(self, client: Any, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        """Run on a ``redis.asyncio`` client (single node or Cluster)."""
+        try:
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
+        except redis_errors.NoScriptError:
+            return await client.eval(self.source, len(keys), *keys, *args)
+
+    def run_sync(self, client: Any, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        """Run on a synchronous ``redis`` client."""
+        try:
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+        except redis_errors.NoScriptError:
+            return client.eval(self.source, len(keys), *keys, *args)

@@ -1,0 +1,18 @@
+"""The distributed lock shared by idempotency and rate limiting."""
+
+from ._backend import LockBackend, SyncLockBackend
+from ._lease import Lease
+from ._lock import Lock, SyncLock
+from ._memory import MemoryLockBackend
+from ._redis import RedisLockBackend, SyncRedisLockBackend
+
+__all__ = [
+    "Lease",
+    "Lock",
+    "LockBackend",
+    "MemoryLockBackend",
+    "RedisLockBackend",
+    "SyncLock",
+    "SyncLockBackend",
+    "SyncRedisLockBackend",
+]

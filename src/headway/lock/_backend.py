@@ -1,0 +1,261 @@
+"""Backend interfaces, and the driver shared by queued backends (Redis, memory).
+
+``LockBackend`` / ``SyncLockBackend`` are what ``Lock`` and ``SyncLock`` need.
+A queued backend only supplies four primitives (try, release, extend, leave)
+and a way to wait for its wake-up; the drivers here run ``acquire_flow`` over
+them and make every step safe under cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from typing import Protocol, TypeVar
+
+from .._clock import Clock, MonotonicClock
+from .._errors import LockNotOwned
+from ._flow import Attempt, Leave, Listen, Try, Wait, acquire_flow
+from ._lease import Lease, check_ttl
+
+__all__ = [
+    "AsyncWaiter",
+    "LockBackend",
+    "QueuedBackend",
+    "SyncLockBackend",
+    "SyncQueuedBackend",
+    "SyncWaiter",
+    "complete",
+]
+
+T = TypeVar("T")
+
+
+class LockBackend(Protocol):
+    """An async lock backend: grants, releases and extends leases."""
+
+    name: str
+
+    async def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
+        """Return a lease on ``resource``, waiting up to ``timeout`` s, or raise LockNotAcquired."""
+        ...
+
+    async def release(self, lease: Lease) -> None:
+        """Release the lease, or raise LockNotOwned if it is no longer held."""
+        ...
+
+    async def extend(self, lease: Lease, ttl: float) -> Lease:
+        """Renew the lease for ``ttl`` s from now, or raise LockNotOwned."""
+        ...
+
+
+class SyncLockBackend(Protocol):
+    """The synchronous counterpart of ``LockBackend``."""
+
+    name: str
+
+    def acquire(self, resource: str, ttl: float, timeout: float) -> Lease: ...
+
+    def release(self, lease: Lease) -> None: ...
+
+    def extend(self, lease: Lease, ttl: float) -> Lease: ...
+
+
+class AsyncWaiter(Protocol):
+    async def wait(self, seconds: float) -> None:
+        """Return when woken, or after ``seconds``."""
+
+
+class SyncWaiter(Protocol):
+    def wait(self, seconds: float) -> None:
+        """Return when woken, or after ``seconds``."""
+
+
+async def complete(aw: Awaitable[T], undo: Callable[[T], Awaitable[object]] | None = None) -> T:
+    """Run ``aw`` to the end even if the caller is cancelled meanwhile.
+
+    A request already sent has an effect we must know about: on cancellation
+    the call is finished, ``undo`` (if given) reverses its result, and only then
+    is the cancellation re-raised. Release and acquire go through here, so a
+    cancelled task never strands a lock.
+    """
+    task = asyncio.ensure_future(aw)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.done():
+                raise
+            cancelled = True
+    if cancelled:
+        if undo is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(asyncio.ensure_future(undo(result)))
+        raise asyncio.CancelledError
+    return result
+
+
+def _renewed(lease: Lease, ttl_ms: int, sent: float) -> Lease:
+    return Lease(lease.resource, lease.token, lease.fence, sent + ttl_ms / 1000, ttl_ms / 1000)
+
+
+def _not_owned(lease: Lease, what: str) -> LockNotOwned:
+    return LockNotOwned(
+        f"cannot {what} lock {lease.resource!r}: the lease (fence {lease.fence}) is no longer held",
+        resource=lease.resource,
+    )
+
+
+class QueuedBackend(ABC):
+    """An async backend with a FIFO wait queue and wake-ups (see ``_flow``)."""
+
+    name = "queued"
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock: Clock = clock or MonotonicClock()
+
+    @abstractmethod
+    async def _try(self, resource: str, step: Try) -> Attempt: ...
+
+    @abstractmethod
+    async def _release(self, resource: str, token: str) -> bool: ...
+
+    @abstractmethod
+    async def _extend(self, resource: str, token: str, ttl_ms: int) -> bool: ...
+
+    @abstractmethod
+    async def _leave(self, resource: str, waiter: str) -> None: ...
+
+    @abstractmethod
+    def _listen(self, resource: str, waiter: str) -> AbstractAsyncContextManager[AsyncWaiter]: ...
+
+    async def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
+        """Acquire ``resource`` (see ``LockBackend.acquire``)."""
+        flow = acquire_flow(resource, ttl, timeout, self.clock)
+        step = next(flow)
+        assert isinstance(step, Try)
+        waiter, token = step.waiter, step.token
+        queued = False
+
+        async def undo(attempt: Attempt) -> None:
+            if attempt.granted:
+                await self._release(resource, token)
+            elif waiter:
+                await self._leave(resource, waiter)
+
+        wake: AsyncWaiter | None = None
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                while True:
+                    if isinstance(step, Try):
+                        attempt = await complete(self._try(resource, step), undo)
+                        queued = bool(waiter) and not attempt.granted
+                        step = flow.send(attempt)
+                    elif isinstance(step, Listen):
+                        wake = await stack.enter_async_context(self._listen(resource, waiter))
+                        step = flow.send(None)
+                    elif isinstance(step, Wait):
+                        assert wake is not None
+                        await wake.wait(step.seconds)
+                        step = flow.send(None)
+                    else:
+                        assert isinstance(step, Leave)
+                        queued = False
+                        await complete(self._leave(resource, step.waiter))
+                        step = flow.send(None)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            except BaseException:
+                if queued:
+                    with contextlib.suppress(Exception):
+                        await complete(self._leave(resource, waiter))
+                raise
+
+    async def release(self, lease: Lease) -> None:
+        """Release ``lease``; shielded from cancellation."""
+        if not await complete(self._release(lease.resource, lease.token)):
+            raise _not_owned(lease, "release")
+
+    async def extend(self, lease: Lease, ttl: float) -> Lease:
+        """Extend ``lease`` to ``ttl`` seconds from now."""
+        ttl_ms = check_ttl(ttl)
+        sent = self.clock()
+        if not await self._extend(lease.resource, lease.token, ttl_ms):
+            raise _not_owned(lease, "extend")
+        return _renewed(lease, ttl_ms, sent)
+
+
+class SyncQueuedBackend(ABC):
+    """The synchronous counterpart of ``QueuedBackend``: the same flow, driven by blocking calls."""
+
+    name = "queued"
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock: Clock = clock or MonotonicClock()
+
+    @abstractmethod
+    def _try(self, resource: str, step: Try) -> Attempt: ...
+
+    @abstractmethod
+    def _release(self, resource: str, token: str) -> bool: ...
+
+    @abstractmethod
+    def _extend(self, resource: str, token: str, ttl_ms: int) -> bool: ...
+
+    @abstractmethod
+    def _leave(self, resource: str, waiter: str) -> None: ...
+
+    @abstractmethod
+    def _listen(self, resource: str, waiter: str) -> AbstractContextManager[SyncWaiter]: ...
+
+    def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
+        """Acquire ``resource`` (see ``LockBackend.acquire``)."""
+        flow = acquire_flow(resource, ttl, timeout, self.clock)
+        step = next(flow)
+        assert isinstance(step, Try)
+        waiter = step.waiter
+        queued = False
+        wake: SyncWaiter | None = None
+        with contextlib.ExitStack() as stack:
+            try:
+                while True:
+                    if isinstance(step, Try):
+                        attempt = self._try(resource, step)
+                        queued = bool(waiter) and not attempt.granted
+                        step = flow.send(attempt)
+                    elif isinstance(step, Listen):
+                        wake = stack.enter_context(self._listen(resource, waiter))
+                        step = flow.send(None)
+                    elif isinstance(step, Wait):
+                        assert wake is not None
+                        wake.wait(step.seconds)
+                        step = flow.send(None)
+                    else:
+                        assert isinstance(step, Leave)
+                        queued = False
+                        self._leave(resource, step.waiter)
+                        step = flow.send(None)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            except BaseException:
+                if queued:
+                    with contextlib.suppress(Exception):
+                        self._leave(resource, waiter)
+                raise
+
+    def release(self, lease: Lease) -> None:
+        """Release ``lease``."""
+        if not self._release(lease.resource, lease.token):
+            raise _not_owned(lease, "release")
+
+    def extend(self, lease: Lease, ttl: float) -> Lease:
+        """Extend ``lease`` to ``ttl`` seconds from now."""
+        ttl_ms = check_ttl(ttl)
+        sent = self.clock()
+        if not self._extend(lease.resource, lease.token, ttl_ms):
+            raise _not_owned(lease, "extend")
+        return _renewed(lease, ttl_ms, sent)

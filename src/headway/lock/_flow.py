@@ -1,0 +1,129 @@
+"""The acquire loop as a sans-I/O generator, shared by the async and sync shells.
+
+The generator yields what to do next (``Try``, ``Wait``, ``Leave``) and is sent
+the outcome; it decides nothing by itself about I/O, so one copy of the logic
+serves both clients and every queued backend (Redis, memory).
+
+Waiting is not polling: a waiter holds a place in the resource's FIFO queue and
+is woken by the releasing holder. Each wait is still bounded (by the holder's
+remaining lease and by ``WAIT_CAP``) so a lost message, a dead holder or a dead
+waiter ahead only ever costs a bounded delay.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+
+from .._errors import LockNotAcquired
+from ._lease import Lease, check_timeout, check_ttl, new_token
+
+__all__ = [
+    "PLACE_MS",
+    "WAIT_CAP",
+    "Attempt",
+    "Leave",
+    "Listen",
+    "Step",
+    "Try",
+    "Wait",
+    "acquire_flow",
+]
+
+#: Longest single wait before a waiter tries again (and so renews its place).
+WAIT_CAP = 0.5
+#: How long a waiter's place in the queue survives without renewal: a few waits,
+#: so only a dead waiter ever loses it.
+PLACE_MS = 2000
+#: Wait when the lock is free but an earlier waiter goes first (it was woken and
+#: is on its way); the wake-up addressed to us usually ends this wait early.
+_FREE_RETRY = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """Outcome of one acquire attempt: the fence if granted, else the holder's PTTL."""
+
+    granted: bool
+    fence: int = 0
+    pttl_ms: int = 0
+
+    @classmethod
+    def from_reply(cls, reply: list[int]) -> Attempt:
+        """Parse the ``lock_acquire`` script's ``{granted, value}`` reply."""
+        granted, value = int(reply[0]), int(reply[1])
+        return cls(True, fence=value) if granted else cls(False, pttl_ms=value)
+
+
+@dataclass(frozen=True, slots=True)
+class Try:
+    """Run one acquire attempt; send back an ``Attempt``."""
+
+    token: str
+    ttl_ms: int
+    waiter: str
+    place_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Listen:
+    """Start listening for wake-ups addressed to ``waiter``; send back None."""
+
+    waiter: str
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Wait for a wake-up addressed to the waiter, at most ``seconds``; send back None."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Leave:
+    """Give up the waiter's place in the queue; send back None. The flow then fails."""
+
+    waiter: str
+
+
+Step = Try | Listen | Wait | Leave
+
+
+def acquire_flow(
+    resource: str,
+    ttl: float,
+    timeout: float,
+    clock: Callable[[], float],
+    token: str | None = None,
+) -> Generator[Step, Attempt | None, Lease]:
+    """Acquire ``resource`` for ``ttl`` seconds, waiting up to ``timeout`` seconds."""
+    ttl_ms = check_ttl(ttl)
+    timeout = check_timeout(timeout)
+    token = token or new_token()
+    waiter = token if timeout > 0 else ""
+    deadline = clock() + timeout
+    listening = False
+    while True:
+        sent = clock()
+        attempt = yield Try(token, ttl_ms, waiter, PLACE_MS)
+        assert isinstance(attempt, Attempt)
+        if attempt.granted:
+            return Lease(resource, token, attempt.fence, sent + ttl_ms / 1000, ttl_ms / 1000)
+        remaining = deadline - clock()
+        if remaining <= 0:
+            if waiter:
+                yield Leave(waiter)
+            raise LockNotAcquired(
+                f"lock {resource!r} not acquired within {timeout:g} s", resource=resource
+            )
+        if not listening:
+            # Subscribe only once waiting is certain (an uncontended acquire stays one
+            # round trip), then try again at once: a release that happened before the
+            # subscription took effect cannot leave us waiting for a lost wake-up.
+            listening = True
+            yield Listen(waiter)
+            continue
+        hint = attempt.pttl_ms / 1000 if attempt.pttl_ms > 0 else _FREE_RETRY
+        # A little jitter keeps waiters whose wake-up was lost from retrying in step.
+        yield Wait(min(remaining, hint * random.uniform(1.0, 1.1), WAIT_CAP))

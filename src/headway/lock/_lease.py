@@ -1,0 +1,68 @@
+"""The lease value and argument checks shared by every lock backend."""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from dataclasses import dataclass
+
+__all__ = ["Lease", "check_timeout", "check_ttl", "new_token"]
+
+#: Longest TTL or timeout accepted, in seconds. Anything longer is a unit mistake.
+MAX_SECONDS = 7 * 24 * 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Proof of holding a lock, returned by ``acquire``.
+
+    ``fence`` is the fencing token: it increases with every lease granted on the
+    resource, so a store that remembers the highest token it has seen can reject
+    writes from a holder that was paused past its lease. ``deadline`` is the
+    monotonic time (``time.monotonic()``) until which the holder may assume it
+    still owns the lock; it is counted from *before* the acquire request was
+    sent, so it never overstates the lease.
+    """
+
+    resource: str
+    token: str
+    fence: int
+    deadline: float
+    ttl: float
+
+    def remaining(self, now: float | None = None) -> float:
+        """Seconds of validity left (negative once expired)."""
+        return self.deadline - (time.monotonic() if now is None else now)
+
+
+def new_token() -> str:
+    """128 random bits, hex-encoded: unique per lease, never shared between tasks."""
+    return secrets.token_hex(16)
+
+
+def _finite_seconds(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    value = float(value)
+    if math.isnan(value) or math.isinf(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if value > MAX_SECONDS:
+        raise ValueError(f"{name}={value!r} s is longer than {MAX_SECONDS:.0f} s; check the unit")
+    return value
+
+
+def check_ttl(ttl: float) -> int:
+    """Validate a lease TTL in seconds; return it in whole milliseconds (at least 1)."""
+    seconds = _finite_seconds("ttl", ttl)
+    if seconds <= 0:
+        raise ValueError(f"ttl must be > 0, got {ttl!r}")
+    return max(1, round(seconds * 1000))
+
+
+def check_timeout(timeout: float) -> float:
+    """Validate a wait timeout in seconds (0 means a single attempt)."""
+    seconds = _finite_seconds("timeout", timeout)
+    if seconds < 0:
+        raise ValueError(f"timeout must be >= 0, got {timeout!r}")
+    return seconds

@@ -1,0 +1,306 @@
+"""The Redis lock backend (single node or Cluster), async and sync shells.
+
+Both shells build keys and arguments with the same pure helpers and run the
+same scripts; they differ only in how they wait. The async backend shares one
+pub/sub connection among all its waiting tasks; the sync backend opens one per
+waiting call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import redis
+from redis import asyncio as aioredis
+from redis import exceptions as redis_errors
+
+from .._clock import Clock
+from .._errors import BackendUnavailable
+from .._keys import tagged
+from .._scripts import Script
+from ._backend import QueuedBackend, SyncQueuedBackend
+from ._flow import Attempt, Try
+
+__all__ = ["RedisLockBackend", "SyncRedisLockBackend"]
+
+T = TypeVar("T")
+
+_ACQUIRE = Script("lock_acquire")
+_RELEASE = Script("lock_release")
+_EXTEND = Script("lock_extend")
+_LEAVE = Script("lock_leave")
+
+#: Errors that mean "Redis is not answering", as opposed to a bug in a request.
+UNAVAILABLE: tuple[type[BaseException], ...] = (
+    redis_errors.ConnectionError,
+    redis_errors.TimeoutError,
+    redis_errors.ClusterError,
+    redis_errors.TryAgainError,
+    OSError,
+    TimeoutError,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Keys:
+    owner: str
+    fence: str
+    queue: str
+    places: str
+    channel: str
+
+
+def lock_keys(resource: str) -> _Keys:
+    """The keys (and wake-up channel) of one lock, all under one hash tag."""
+    return _Keys(*tagged("lock", resource, "owner", "fence", "queue", "places", "wake"))
+
+
+def acquire_call(resource: str, step: Try, floor: int = 0) -> tuple[list[str], list[Any]]:
+    """Keys and arguments of ``lock_acquire`` for one attempt."""
+    k = lock_keys(resource)
+    return [k.owner, k.fence, k.queue, k.places], [
+        step.token,
+        step.ttl_ms,
+        step.waiter,
+        step.place_ms,
+        floor,
+    ]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _unavailable(exc: BaseException, timeout: float) -> BackendUnavailable:
+    return BackendUnavailable(
+        f"Redis did not answer within {timeout:g} s: {type(exc).__name__}: {exc}", backend="redis"
+    )
+
+
+class _EventWaiter:
+    def __init__(self, event: asyncio.Event) -> None:
+        self.event = event
+
+    async def wait(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self.event.wait()
+        self.event.clear()
+
+
+@dataclass
+class _Channel:
+    subscribed: asyncio.Event = field(default_factory=asyncio.Event)
+    waiters: dict[str, asyncio.Event] = field(default_factory=dict)
+
+
+class _Waker:
+    """One pub/sub connection that routes wake-ups to the tasks waiting for them."""
+
+    def __init__(self, client: Any, timeout: float) -> None:
+        self._client = client
+        self._timeout = timeout
+        self._pubsub: Any = None
+        self._reader: asyncio.Task[None] | None = None
+        self._channels: dict[str, _Channel] = {}
+
+    @contextlib.asynccontextmanager
+    async def listen(self, channel: str, waiter: str) -> AsyncIterator[_EventWaiter]:
+        state = self._channels.get(channel)
+        event = asyncio.Event()
+        if state is None:
+            state = self._channels[channel] = _Channel()
+            state.waiters[waiter] = event
+            await self._subscribe(channel)
+        else:
+            state.waiters[waiter] = event
+        try:
+            # A wait is bounded anyway, so a slow confirmation only costs latency.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._timeout):
+                    await state.subscribed.wait()
+            yield _EventWaiter(event)
+        finally:
+            del state.waiters[waiter]
+            if not state.waiters and self._channels.get(channel) is state:
+                del self._channels[channel]
+                with contextlib.suppress(*UNAVAILABLE):
+                    await self._pubsub.unsubscribe(channel)
+
+    async def _subscribe(self, channel: str) -> None:
+        if self._pubsub is None:
+            self._pubsub = self._client.pubsub()
+        try:
+            async with asyncio.timeout(self._timeout):
+                await self._pubsub.subscribe(channel)
+        except UNAVAILABLE:
+            return  # waits fall back to their bounds; the next attempt reports the outage
+        if self._reader is None or self._reader.done():
+            self._reader = asyncio.get_running_loop().create_task(self._read())
+
+    async def _read(self) -> None:
+        while True:
+            try:
+                message = await self._pubsub.get_message(timeout=1.0)
+            except UNAVAILABLE:
+                # Wake everybody: each retries (and sees the outage) instead of idling.
+                for state in self._channels.values():
+                    for event in state.waiters.values():
+                        event.set()
+                await asyncio.sleep(0.1)
+                continue
+            if message is None:
+                if not self._channels:
+                    self._reader = None
+                    return
+                continue
+            channel = self._channels.get(_text(message["channel"]))
+            if channel is None:
+                continue
+            if message["type"] == "subscribe":
+                channel.subscribed.set()
+            elif message["type"] == "message":
+                woken = channel.waiters.get(_text(message["data"]))
+                if woken is not None:
+                    woken.set()
+
+    async def aclose(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+            self._reader = None
+        if self._pubsub is not None:
+            with contextlib.suppress(*UNAVAILABLE):
+                await self._pubsub.aclose()
+            self._pubsub = None
+
+
+class RedisLockBackend(QueuedBackend):
+    """Locks on one Redis server or a Redis Cluster (``redis.asyncio`` client).
+
+    ``timeout`` bounds every round trip: a Redis that is down or stalled raises
+    ``BackendUnavailable`` within it.
+    """
+
+    name = "redis"
+
+    def __init__(self, client: Any, *, timeout: float = 2.0, clock: Clock | None = None) -> None:
+        super().__init__(clock)
+        self.client = client
+        self.timeout = timeout
+        self._waker = _Waker(client, timeout)
+
+    @classmethod
+    def from_url(cls, url: str, *, timeout: float = 2.0, **options: Any) -> RedisLockBackend:
+        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
+        options.setdefault("socket_connect_timeout", timeout)
+        options.setdefault("socket_timeout", timeout)
+        return cls(aioredis.Redis.from_url(url, **options), timeout=timeout)
+
+    async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await call()
+        except UNAVAILABLE as exc:
+            raise _unavailable(exc, self.timeout) from exc
+
+    async def _try(self, resource: str, step: Try) -> Attempt:
+        keys, args = acquire_call(resource, step)
+        return Attempt.from_reply(await self._call(lambda: _ACQUIRE.run(self.client, keys, args)))
+
+    async def _release(self, resource: str, token: str) -> bool:
+        k = lock_keys(resource)
+        keys, args = [k.owner, k.queue, k.places], [token, k.channel]
+        return bool(await self._call(lambda: _RELEASE.run(self.client, keys, args)))
+
+    async def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:
+        keys = [lock_keys(resource).owner]
+        return bool(await self._call(lambda: _EXTEND.run(self.client, keys, [token, ttl_ms])))
+
+    async def _leave(self, resource: str, waiter: str) -> None:
+        k = lock_keys(resource)
+        keys, args = [k.owner, k.queue, k.places], [waiter, k.channel]
+        await self._call(lambda: _LEAVE.run(self.client, keys, args))
+
+    def _listen(self, resource: str, waiter: str) -> contextlib.AbstractAsyncContextManager[Any]:
+        return self._waker.listen(lock_keys(resource).channel, waiter)
+
+    async def aclose(self) -> None:
+        """Stop the wake-up listener (the client itself stays the caller's)."""
+        await self._waker.aclose()
+
+
+class _PubSubWaiter:
+    def __init__(self, pubsub: Any, waiter: str) -> None:
+        self.pubsub = pubsub
+        self.waiter = waiter
+
+    def wait(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            message = self.pubsub.get_message(timeout=left)
+            if message and message["type"] == "message" and _text(message["data"]) == self.waiter:
+                return
+
+
+class SyncRedisLockBackend(SyncQueuedBackend):
+    """The synchronous Redis backend (``redis.Redis`` or ``redis.cluster.RedisCluster``)."""
+
+    name = "redis"
+
+    def __init__(self, client: Any, *, timeout: float = 2.0, clock: Clock | None = None) -> None:
+        super().__init__(clock)
+        self.client = client
+        self.timeout = timeout
+
+    @classmethod
+    def from_url(cls, url: str, *, timeout: float = 2.0, **options: Any) -> SyncRedisLockBackend:
+        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
+        options.setdefault("socket_connect_timeout", timeout)
+        options.setdefault("socket_timeout", timeout)
+        return cls(redis.Redis.from_url(url, **options), timeout=timeout)
+
+    def _call(self, call: Callable[[], T]) -> T:
+        try:
+            return call()
+        except UNAVAILABLE as exc:
+            raise _unavailable(exc, self.timeout) from exc
+
+    def _try(self, resource: str, step: Try) -> Attempt:
+        keys, args = acquire_call(resource, step)
+        return Attempt.from_reply(self._call(lambda: _ACQUIRE.run_sync(self.client, keys, args)))
+
+    def _release(self, resource: str, token: str) -> bool:
+        k = lock_keys(resource)
+        keys, args = [k.owner, k.queue, k.places], [token, k.channel]
+        return bool(self._call(lambda: _RELEASE.run_sync(self.client, keys, args)))
+
+    def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:
+        keys = [lock_keys(resource).owner]
+        return bool(self._call(lambda: _EXTEND.run_sync(self.client, keys, [token, ttl_ms])))
+
+    def _leave(self, resource: str, waiter: str) -> None:
+        k = lock_keys(resource)
+        keys, args = [k.owner, k.queue, k.places], [waiter, k.channel]
+        self._call(lambda: _LEAVE.run_sync(self.client, keys, args))
+
+    @contextlib.contextmanager
+    def _listen(self, resource: str, waiter: str) -> Iterator[_PubSubWaiter]:
+        pubsub = self.client.pubsub()
+        try:
+            self._call(lambda: pubsub.subscribe(lock_keys(resource).channel))
+            end = time.monotonic() + self.timeout
+            while (left := end - time.monotonic()) > 0:
+                message = self._call(lambda: pubsub.get_message(timeout=left))
+                if message and message["type"] == "subscribe":
+                    break
+            yield _PubSubWaiter(pubsub, waiter)
+        finally:
+            with contextlib.suppress(*UNAVAILABLE):
+                pubsub.close()
