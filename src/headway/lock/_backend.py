@@ -88,7 +88,7 @@ async def complete(aw: Awaitable[T], undo: Callable[[T], Awaitable[object]] | No
             result = await asyncio.shield(task)
             break
         except asyncio.CancelledError:
-            if task.done():
+            if task.cancelled():  # the call itself was cancelled, not just us
                 raise
             cancelled = True
     if cancelled:
