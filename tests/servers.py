@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -20,6 +21,24 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is free and valid too."""
+    for _ in range(1000):
+        port = random.randrange(20000, 30000)
+        if _bindable(port) and _bindable(port + 10000):
+            return port
+    raise RuntimeError("no free port pair for a cluster node")
 
 
 @dataclass
@@ -97,9 +116,12 @@ class RedisServers:
     def cluster(self, masters: int = 3) -> list[Server]:
         """Start ``masters`` cluster-enabled nodes and join them into one Cluster."""
         nodes = [
-            self.start("--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{i}.conf")
-            for i in range(masters)
-        ]
+            self.start(
+                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                port=free_cluster_port(),
+            )
+            for _ in range(masters)
+        ]  # fmt: skip
         addresses = [f"127.0.0.1:{node.port}" for node in nodes]
         cli = self.binary.replace("redis-server", "redis-cli")
         subprocess.run(

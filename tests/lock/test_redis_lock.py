@@ -1,0 +1,249 @@
+"""What only the Redis backend can show: keys, round trips, outages, Cluster, sync API."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import redis
+from redis import asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+
+from headway import (
+    BackendUnavailable,
+    Lock,
+    LockNotAcquired,
+    LockNotOwned,
+    RedisLockBackend,
+    SyncLock,
+    SyncRedisLockBackend,
+)
+from headway.lock._redis import lock_keys
+from tests.servers import RedisServers, free_port
+
+pytestmark = pytest.mark.anyio
+
+# Commands a client might send on its own (scripts run GET, SET, ZRANGE... inside).
+TOP_LEVEL = {
+    "cmdstat_config|resetstat", "cmdstat_evalsha", "cmdstat_eval", "cmdstat_ping",
+    "cmdstat_subscribe", "cmdstat_unsubscribe", "cmdstat_client|setinfo", "cmdstat_hello",
+    "cmdstat_select", "cmdstat_script|load", "cmdstat_info",
+}  # fmt: skip
+
+
+@pytest.fixture
+async def backend(redis_client: aioredis.Redis) -> AsyncIterator[RedisLockBackend]:
+    b = RedisLockBackend(redis_client)
+    yield b
+    await b.aclose()
+
+
+async def test_every_key_has_a_ttl(backend: RedisLockBackend, redis_client: aioredis.Redis) -> None:
+    lock = Lock(backend, "ttl-check", ttl=30)
+    holder = await lock.acquire()
+    waiter = asyncio.create_task(lock.acquire(timeout=5))
+    keys = lock_keys("ttl-check")
+    while not await redis_client.exists(keys.queue):
+        await asyncio.sleep(0.01)
+    found = [key async for key in redis_client.scan_iter("headway:*")]
+    assert {k.decode() for k in found} == {keys.owner, keys.fence, keys.queue, keys.places}
+    for key in found:
+        assert await redis_client.pttl(key) > 0, key
+    await lock.release(holder)
+    await lock.release(await waiter)
+
+
+async def test_uncontended_cycle_is_two_round_trips(redis_servers: RedisServers) -> None:
+    server = redis_servers.start()
+    client = aioredis.Redis(port=server.port)
+    lock = Lock(RedisLockBackend(client), "rt", ttl=5)
+    await lock.release(await lock.acquire())  # scripts cached, connection open
+    await client.config_resetstat()
+    for _ in range(100):
+        await lock.release(await lock.acquire())
+    calls = {k: v["calls"] for k, v in (await client.info("commandstats")).items()}
+    # Commands run inside scripts are counted too; the client sent only EVALSHAs.
+    top_level = {k: n for k, n in calls.items() if k in TOP_LEVEL}
+    assert top_level == {"cmdstat_config|resetstat": 1, "cmdstat_evalsha": 200}
+    await client.aclose()
+    redis_servers.stop(server)
+
+
+@pytest.mark.parametrize("name", ["", "{a}:b", "x" * 1_000_000, "\u2603\x00", "headway:{lock:r}"])
+async def test_hostile_names_work_and_stay_in_bounded_keys(
+    backend: RedisLockBackend, redis_client: aioredis.Redis, name: str
+) -> None:
+    lock = Lock(backend, name, ttl=5)
+    lease = await lock.acquire(timeout=0)
+    assert lease.resource == name
+    with pytest.raises(LockNotAcquired):
+        await lock.acquire(timeout=0)
+    async for key in redis_client.scan_iter("*"):
+        assert len(key) < 100
+    await lock.release(lease)
+
+
+async def test_noscript_after_script_flush_is_recovered(
+    backend: RedisLockBackend, redis_client: aioredis.Redis
+) -> None:
+    lock = Lock(backend, "r", ttl=5)
+    lease = await lock.acquire()
+    await redis_client.script_flush()
+    lease = await lock.extend(lease)
+    await redis_client.script_flush()
+    await lock.release(lease)
+    await redis_client.script_flush()
+    await lock.release(await lock.acquire())
+
+
+async def test_fence_survives_lost_counter(
+    backend: RedisLockBackend, redis_client: aioredis.Redis
+) -> None:
+    lock = Lock(backend, "r", ttl=5)
+    first = await lock.acquire()
+    await lock.release(first)
+    await redis_client.flushdb()  # a restart without persistence loses the counter
+    second = await lock.acquire()
+    assert second.fence > first.fence
+    await lock.release(second)
+
+
+async def test_redis_down_raises_backend_unavailable_within_timeout() -> None:
+    backend = RedisLockBackend.from_url(f"redis://127.0.0.1:{free_port()}", timeout=0.5)
+    lock = Lock(backend, "r")
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailable) as caught:
+        await lock.acquire(timeout=0)
+    assert caught.value.backend == "redis"
+    assert time.monotonic() - started < 0.5 + 1.0
+    await backend.client.aclose()
+
+
+async def test_redis_stalled_raises_backend_unavailable_within_timeout(
+    redis_servers: RedisServers,
+) -> None:
+    server = redis_servers.start()
+    backend = RedisLockBackend.from_url(server.url, timeout=0.3)
+    lock = Lock(backend, "r")
+    await lock.release(await lock.acquire())
+    pause = redis.Redis(port=server.port)
+    pause.client_pause(2000)
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailable):
+        await lock.acquire(timeout=0)
+    assert time.monotonic() - started < 0.3 + 1.0
+    pause.client_unpause()
+    pause.close()
+    await backend.client.aclose()
+    redis_servers.stop(server)
+
+
+# --- the sync API: the same scripts and flow behind blocking calls ------------
+
+
+@pytest.fixture
+def sync_lock(sync_redis_client: redis.Redis) -> Iterator[SyncLock]:
+    return SyncLock(SyncRedisLockBackend(sync_redis_client), "sync", ttl=5)
+
+
+def test_sync_acquire_extend_release(sync_lock: SyncLock) -> None:
+    lease = sync_lock.acquire(timeout=0)
+    with pytest.raises(LockNotAcquired):
+        sync_lock.acquire(timeout=0)
+    lease = sync_lock.extend(lease, ttl=10)
+    sync_lock.release(lease)
+    with pytest.raises(LockNotOwned):
+        sync_lock.release(lease)
+
+
+def test_sync_threads_exclude_each_other_and_are_woken(sync_lock: SyncLock) -> None:
+    counter = 0
+    fences: list[int] = []
+
+    def worker() -> None:
+        nonlocal counter
+        for _ in range(20):
+            lease = sync_lock.acquire(timeout=30)
+            value = counter
+            time.sleep(0.0005)  # widen the race window: only the lock protects it
+            counter = value + 1
+            fences.append(lease.fence)
+            sync_lock.release(lease)
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert counter == 120
+    assert fences == sorted(fences)
+
+
+def test_sync_hold_renews(sync_redis_client: redis.Redis) -> None:
+    lock = SyncLock(SyncRedisLockBackend(sync_redis_client), "sync-hold", ttl=0.3)
+    with lock.hold(renew_every=0.1):
+        time.sleep(0.7)
+        with pytest.raises(LockNotAcquired):
+            lock.acquire(timeout=0)
+    lock.release(lock.acquire(timeout=0))
+
+
+# --- a real 3-master Redis Cluster -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster_port(redis_servers: RedisServers) -> int:
+    return redis_servers.cluster(3)[0].port
+
+
+async def test_cluster_locks_across_slots(cluster_port: int) -> None:
+    client = RedisCluster(host="127.0.0.1", port=cluster_port)
+    backend = RedisLockBackend(client)
+    names = [f"order/{i}" for i in range(30)] + ["{x}:y", ""]
+    leases = [await Lock(backend, n, ttl=5).acquire(timeout=0) for n in names]
+    slots = {client.keyslot(lock_keys(n).owner) for n in names}
+    assert len(slots) > 3  # spread over the nodes
+    for lease in leases:
+        with pytest.raises(LockNotAcquired):
+            await Lock(backend, lease.resource).acquire(timeout=0)
+        await backend.release(lease)
+    await backend.aclose()
+    await client.aclose()
+
+
+async def test_cluster_contention_is_exact_and_woken(cluster_port: int) -> None:
+    client = RedisCluster(host="127.0.0.1", port=cluster_port)
+    backend = RedisLockBackend(client)
+    lock = Lock(backend, "hot", ttl=5, timeout=30)
+    counter = 0
+    fences: list[int] = []
+
+    async def worker() -> None:
+        nonlocal counter
+        for _ in range(20):
+            lease = await lock.acquire()
+            value = counter
+            await asyncio.sleep(0)
+            counter = value + 1
+            fences.append(lease.fence)
+            await lock.release(lease)
+
+    async with asyncio.timeout(30):
+        await asyncio.gather(*(worker() for _ in range(6)))
+    assert counter == 120
+    assert fences == sorted(fences)
+    await backend.aclose()
+    await client.aclose()
+
+
+def test_cluster_sync_client(cluster_port: int) -> None:
+    client = redis.RedisCluster(host="127.0.0.1", port=cluster_port)
+    lock = SyncLock(SyncRedisLockBackend(client), "sync-cluster", ttl=5)
+    lease = lock.acquire(timeout=0)
+    with pytest.raises(LockNotAcquired):
+        lock.acquire(timeout=0.2)
+    lock.release(lease)
+    client.close()
