@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 import redis
@@ -145,7 +145,7 @@ async def test_redis_stalled_raises_backend_unavailable_within_timeout(
 
 
 @pytest.fixture
-def sync_lock(sync_redis_client: redis.Redis) -> Iterator[SyncLock]:
+def sync_lock(sync_redis_client: redis.Redis) -> SyncLock:
     return SyncLock(SyncRedisLockBackend(sync_redis_client), "sync", ttl=5)
 
 
