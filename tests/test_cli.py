@@ -1,0 +1,32 @@
+import re
+import subprocess
+import sys
+
+import pytest
+
+from headway.cli import main
+
+
+def test_demo_lock_scene(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "lock"]) == 0
+    out = capsys.readouterr().out
+    fences = [int(f) for f in re.findall(r"worker-\d fence +(\d+)", out)]
+    assert fences == list(range(1, 13))
+    assert "final balance 12" in out
+    assert re.search(r"slow +fence +13 +wakes up and writes late: +REJECTED", out)
+    assert "kept fence 14 and balance 13" in out
+
+
+def test_unknown_scene_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["demo", "nope"])
+    assert exit_.value.code == 2
+    assert "unknown scene 'nope'" in capsys.readouterr().err
+
+
+def test_console_script_runs() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "headway.cli", "--version"], capture_output=True, text=True
+    )
+    assert done.returncode == 0
+    assert done.stdout.startswith("headway ")
