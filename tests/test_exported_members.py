@@ -16,6 +16,7 @@ def test_all_is_pinned() -> None:
         "MemoryLockBackend",
         "MonotonicClock",
         "RedisLockBackend",
+        "RedlockBackend",
         "SyncLock",
         "SyncLockBackend",
         "SyncRedisLockBackend",

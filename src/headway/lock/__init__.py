@@ -5,6 +5,7 @@ from ._lease import Lease
 from ._lock import Lock, SyncLock
 from ._memory import MemoryLockBackend
 from ._redis import RedisLockBackend, SyncRedisLockBackend
+from ._redlock import RedlockBackend
 
 __all__ = [
     "Lease",
@@ -12,6 +13,7 @@ __all__ = [
     "LockBackend",
     "MemoryLockBackend",
     "RedisLockBackend",
+    "RedlockBackend",
     "SyncLock",
     "SyncLockBackend",
     "SyncRedisLockBackend",

@@ -126,16 +126,20 @@ class _Hold:
         clock, lease = self._lock.clock, self.lease
         started = clock()
         renew_at = started + self._interval
+        capped = False  # the last renewal was shortened to end at max_hold
         while True:
             await asyncio.sleep(max(0.0, min(renew_at, lease.deadline) - clock()))
             now = clock()
             ttl = self._lock.ttl
-            if self._max_hold is not None:
-                ttl = min(ttl, started + self._max_hold - now)
+            if self._max_hold is not None and started + self._max_hold - now < ttl:
+                ttl = started + self._max_hold - now
+                if ttl <= 0:
+                    capped = True
             if ttl <= 0 or now >= lease.deadline:
-                why = "max_hold reached" if ttl <= 0 else "lease ran out before it was renewed"
+                why = "max_hold reached" if capped else "lease ran out before it was renewed"
                 self._lose(LockLost(f"{why} on {lease.resource!r}", resource=lease.resource))
                 return
+            capped = ttl < self._lock.ttl
             try:
                 async with asyncio.timeout(lease.deadline - now):
                     lease = self._lease = await self._lock.extend(lease, ttl)
