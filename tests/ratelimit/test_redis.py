@@ -22,6 +22,7 @@ from headway.ratelimit import (
     TokenBucket,
 )
 from headway.ratelimit._backend import state_keys
+from headway.ratelimit._policies import OnError, Policy
 from tests.servers import Server, free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
@@ -50,7 +51,7 @@ async def test_every_key_written_has_a_ttl(redis_client: aioredis.Redis) -> None
     for cost in (1, 3, 2):
         assert (await limiter.hit("ttl", cost=cost)).allowed
     await limiter.peek("ttl")
-    keys = sorted(k.decode() for k in await redis_client.keys("*"))
+    keys = sorted(k.decode() for k in await redis_client.keys("*")  # type: ignore[union-attr])
     assert keys == sorted(state_keys("ttl", POLICIES))
     # Longest time each state matters: a refill, a window, two windows (counter).
     bounds = {
@@ -76,7 +77,7 @@ async def test_hostile_keys_share_one_tag_and_never_collide(
         assert (await limiter.hit(key)).allowed, key
     for key in hostile:
         assert not (await limiter.hit(key)).allowed, key
-    stored = [k.decode() for k in await redis_client.keys("*")]
+    stored = [k.decode() for k in await redis_client.keys("*")  # type: ignore[union-attr]]
     assert len(stored) == 2 * len(hostile)
     assert all(len(k) < 100 and k.count("{") == 1 and k.count("}") == 1 for k in stored)
 
@@ -96,9 +97,9 @@ async def test_noscript_after_a_flush_is_recovered_on_the_same_call(
 @pytest.mark.parametrize(
     ("on_error", "source"), [("allow", Source.FAILED_OPEN), ("deny", Source.FAILED_CLOSED)]
 )
-async def test_redis_down_fails_as_each_policy_says(on_error: str, source: Source) -> None:
+async def test_redis_down_fails_as_each_policy_says(on_error: OnError, source: Source) -> None:
     backend = RedisRateLimitBackend.from_url(f"redis://127.0.0.1:{free_port()}/0")
-    policies = [FixedWindow(5, on_error="allow"), SlidingLog(5, on_error=on_error)]  # type: ignore[arg-type]
+    policies: list[Policy] = [FixedWindow(5, on_error="allow"), SlidingLog(5, on_error=on_error)]
     decision = await RateLimiter(*policies, backend=backend, retry_on_error=2.0).hit("k")
     assert decision.source is source
     assert decision.failed
@@ -115,13 +116,13 @@ async def test_redis_down_fails_as_each_policy_says(on_error: str, source: Sourc
     ("on_error", "source"), [("allow", Source.FAILED_OPEN), ("deny", Source.FAILED_CLOSED)]
 )
 async def test_a_stalled_redis_answers_within_the_budget(
-    own_server: Server, on_error: str, source: Source
+    own_server: Server, on_error: OnError, source: Source
 ) -> None:
     # No socket timeout: only the limiter's budget can end the call.
     client = aioredis.Redis.from_url(own_server.url)
     limiter = RateLimiter(
         TokenBucket(5, 1, on_error=on_error), backend=RedisRateLimitBackend(client), budget=0.2
-    )  # type: ignore[arg-type]
+    )
     assert (await limiter.hit("k")).source is Source.BACKEND
     os.kill(own_server.pid, signal.SIGSTOP)
     try:
