@@ -22,6 +22,20 @@ def free_port() -> int:
         return port
 
 
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) exists and is free too."""
+    while True:
+        port = free_port()
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+
+
 @dataclass
 class Server:
     port: int
@@ -97,7 +111,13 @@ class RedisServers:
     def cluster(self, masters: int = 3) -> list[Server]:
         """Start ``masters`` cluster-enabled nodes and join them into one Cluster."""
         nodes = [
-            self.start("--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{i}.conf")
+            self.start(
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                f"nodes-{i}.conf",
+                port=free_cluster_port(),
+            )
             for i in range(masters)
         ]
         addresses = [f"127.0.0.1:{node.port}" for node in nodes]
