@@ -39,8 +39,8 @@ async def test_admits_the_limit_then_rejects(make_backend: BackendFactory, polic
     assert all(d.source is Source.BACKEND for d in decisions)
     denied = decisions[-1]
     assert not denied
-    assert 0 < denied.retry_after <= 60
-    assert denied.reset_after >= denied.retry_after
+    # The sliding counter's previous window weighs until the end of the next one.
+    assert 0 < denied.retry_after <= denied.reset_after <= 120
     assert (await limiter.hit("someone else")).allowed
 
 
