@@ -4,8 +4,11 @@ import headway
 def test_all_is_pinned() -> None:
     assert headway.__all__ == [
         "BackendUnavailable",
+        "Decision",
         "FakeClock",
+        "FixedWindow",
         "HeadwayError",
+        "LeakyBucket",
         "Lease",
         "Lock",
         "LockBackend",
@@ -14,12 +17,26 @@ def test_all_is_pinned() -> None:
         "LockNotAcquired",
         "LockNotOwned",
         "MemoryLockBackend",
+        "MemoryRateLimitBackend",
         "MonotonicClock",
+        "Policy",
+        "PolicyDecision",
+        "RateLimitBackend",
+        "RateLimiter",
         "RedisLockBackend",
+        "RedisRateLimitBackend",
         "RedlockBackend",
+        "SlidingCounter",
+        "SlidingLog",
+        "Source",
         "SyncLock",
         "SyncLockBackend",
+        "SyncMemoryRateLimitBackend",
+        "SyncRateLimitBackend",
+        "SyncRateLimiter",
         "SyncRedisLockBackend",
+        "SyncRedisRateLimitBackend",
+        "TokenBucket",
     ]
 
 

@@ -22,9 +22,16 @@ Arg = str | int | float | bytes
 class Script:
     """One Lua script from the package, callable on async and sync clients."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, include: Sequence[str] = ()) -> None:
+        """Load ``lua/<name>.lua``, preceded by the files named in ``include``.
+
+        Included files define local functions the main script calls, so one
+        script (one round trip) can combine pieces kept in separate files.
+        """
         self.name = name
-        self.source = (resources.files("headway") / "lua" / f"{name}.lua").read_text("utf-8")
+        folder = resources.files("headway") / "lua"
+        parts = [*include, name]
+        self.source = "\n".join((folder / f"{part}.lua").read_text("utf-8") for part in parts)
         self.sha = hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
 
     async def run(self, client: Any, keys: Sequence[str], args: Sequence[Arg]) -> Any:

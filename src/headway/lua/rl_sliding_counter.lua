@@ -1,0 +1,66 @@
+-- Sliding counter (kind 5), included by rl_decide.lua (not run alone).
+-- KEY  hash: w = current window index, c = units charged in it, p = units in the
+--      window before; it expires when the current window's count stops weighing
+--      (the end of the next window).
+-- a    window_us
+-- b    limit
+-- A request is admitted when p * (W - e) + (c + cost) * W <= limit * W, with e the
+-- time elapsed in the current window (integers: the weighted estimate, times W).
+-- check(key, now, cost, a, b) returns the fields rl_decide.lua reports:
+--   ok, remaining, remaining_after, reset (until the estimate is 0), reset_after, retry.
+local sliding_counter = {}
+
+local function counter_reset(index, a, now, c, p)
+  if c > 0 then return (index + 2) * a - now end
+  if p > 0 then return (index + 1) * a - now end
+  return 0
+end
+
+local function counter_room(weighted, c, a, b)
+  local free = b * a - weighted - c * a
+  if free < 0 then return 0 end
+  return idiv(free, a)
+end
+
+function sliding_counter.check(key, now, cost, a, b)
+  local index = idiv(now, a)
+  local e = now - index * a
+  local state = redis.call('HMGET', key, 'w', 'c', 'p')
+  local w = tonumber(state[1])
+  local c, p = 0, 0
+  if w == index then
+    c, p = tonumber(state[2]), tonumber(state[3])
+  elseif w == index - 1 then
+    p = tonumber(state[2])
+  end
+  local weighted = p * (a - e)
+  local r = {
+    ok = weighted + (c + cost) * a <= b * a,
+    remaining = counter_room(weighted, c, a, b),
+    reset = counter_reset(index, a, now, c, p),
+    retry = 0,
+    index = index,
+    c = c + cost,
+    p = p,
+  }
+  if r.ok then
+    r.remaining_after = counter_room(weighted, c + cost, a, b)
+    r.reset_after = counter_reset(index, a, now, c + cost, p)
+  else
+    r.remaining_after = r.remaining
+    r.reset_after = r.reset
+    if c + cost <= b then
+      r.retry = a - idiv((b - c - cost) * a, p) - e
+    else
+      local wait = a - idiv((b - cost) * a, c)
+      if wait < 0 then wait = 0 end
+      r.retry = a - e + wait
+    end
+  end
+  return r
+end
+
+function sliding_counter.commit(key, now, r, grace_ms)
+  redis.call('HSET', key, 'w', fmt(r.index), 'c', fmt(r.c), 'p', fmt(r.p))
+  redis.call('PEXPIRE', key, ttl_ms(r.reset_after, grace_ms))
+end

@@ -1,0 +1,47 @@
+-- Sliding log (kind 4), included by rl_decide.lua (not run alone).
+-- KEY  zset: one member per unit charged, scored by the server us it was charged at;
+--      members are "<us>:<n>" (n counts up within one us); it expires one window
+--      after the newest entry. Entries at or before now - window are pruned.
+-- a    window_us
+-- b    limit: units in any window
+-- check(key, now, cost, a, b) returns the fields rl_decide.lua reports:
+--   ok, remaining, remaining_after, reset (until the log is empty), reset_after, retry.
+local sliding_log = {}
+
+function sliding_log.check(key, now, cost, a, b)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - a))
+  local count = redis.call('ZCARD', key)
+  local r = { ok = count + cost <= b, remaining = b - count, reset = 0, retry = 0, count = count }
+  if count > 0 then
+    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    r.reset = tonumber(newest[2]) + a - now
+  end
+  if r.ok then
+    r.remaining_after = b - count - cost
+    r.reset_after = a
+  else
+    r.remaining_after = r.remaining
+    r.reset_after = r.reset
+    -- The (count + cost - limit)-th oldest entry has to leave the window first.
+    local k = count + cost - b
+    local entry = redis.call('ZRANGE', key, k - 1, k - 1, 'WITHSCORES')
+    r.retry = tonumber(entry[2]) + a - now
+  end
+  return r
+end
+
+function sliding_log.commit(key, now, r, grace_ms)
+  local cost = r.remaining - r.remaining_after
+  local stamp = fmt(now)
+  local args = {}
+  for i = 1, cost do
+    args[#args + 1] = stamp
+    args[#args + 1] = stamp .. ':' .. fmt(r.count + i)
+    -- unpack() is bounded by the Lua stack: add in batches.
+    if #args >= 1000 or i == cost then
+      redis.call('ZADD', key, unpack(args))
+      args = {}
+    end
+  end
+  redis.call('PEXPIRE', key, ttl_ms(r.reset_after, grace_ms))
+end

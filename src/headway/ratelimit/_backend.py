@@ -1,0 +1,78 @@
+"""What a rate-limit backend does, and the pure helpers every backend shares.
+
+A backend decides one call: several policies on one key, a cost, charge or
+peek. It returns a ``Verdict`` (see ``_model``) and raises
+``BackendUnavailable`` when it cannot answer; failure modes, caching and
+waiting are the limiter's business, not the backend's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from .._keys import tagged
+from ._model import Verdict
+from ._policies import Policy
+
+__all__ = ["RateLimitBackend", "SyncRateLimitBackend", "decide_call", "state_keys"]
+
+
+class RateLimitBackend(Protocol):
+    """An async backend: decides (and charges) policies for a key, or forgets the key."""
+
+    name: str
+
+    async def decide(
+        self,
+        key: str,
+        policies: Sequence[Policy],
+        cost: int,
+        peek: bool,
+        *,
+        now_us: int | None = None,
+    ) -> Verdict:
+        """Decide ``cost`` against every policy, all-or-nothing.
+
+        ``now_us`` exists for the differential tests only: production calls
+        leave it ``None`` and the backend's own clock (Redis ``TIME``) decides.
+        """
+        ...
+
+    async def reset(self, key: str, policies: Sequence[Policy]) -> None:
+        """Forget every policy's state for ``key``."""
+        ...
+
+
+class SyncRateLimitBackend(Protocol):
+    """The synchronous counterpart of ``RateLimitBackend``."""
+
+    name: str
+
+    def decide(
+        self,
+        key: str,
+        policies: Sequence[Policy],
+        cost: int,
+        peek: bool,
+        *,
+        now_us: int | None = None,
+    ) -> Verdict: ...
+
+    def reset(self, key: str, policies: Sequence[Policy]) -> None: ...
+
+
+def state_keys(key: str, policies: Sequence[Policy]) -> list[str]:
+    """One state key per policy, all sharing the hash tag of ``key``."""
+    return tagged("rl", key, *(p.key_part for p in policies))
+
+
+def decide_call(
+    key: str, policies: Sequence[Policy], cost: int, peek: bool, now_us: int | None
+) -> tuple[list[str], list[int | str]]:
+    """Keys and arguments of ``rl_decide.lua``."""
+    args: list[int | str] = ["" if now_us is None else now_us, cost, 1 if peek else 0]
+    for policy in policies:
+        args.append(policy.kind)
+        args.extend(policy.params())
+    return state_keys(key, policies), args

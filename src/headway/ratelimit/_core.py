@@ -1,0 +1,96 @@
+"""The limiter's pure parts: argument checks and the local blocked-key cache."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+from .._clock import Clock
+from ._decision import Decision, Source
+from ._policies import FixedWindow, LeakyBucket, Policy, SlidingCounter, SlidingLog, TokenBucket
+
+__all__ = ["BlockedCache", "check_cost", "check_policies", "check_seconds"]
+
+_POLICY_TYPES = (TokenBucket, LeakyBucket, FixedWindow, SlidingLog, SlidingCounter)
+
+
+def check_policies(policies: Sequence[Policy]) -> tuple[Policy, ...]:
+    """At least one policy, each a policy value, no two alike (they would share state)."""
+    if not policies:
+        raise ValueError("a rate limiter needs at least one policy")
+    for policy in policies:
+        if not isinstance(policy, _POLICY_TYPES):
+            raise TypeError(f"not a rate-limit policy: {policy!r}")
+    parts = [p.key_part for p in policies]
+    if len(set(parts)) != len(parts):
+        raise ValueError(f"two policies with the same parameters: {list(policies)!r}")
+    return tuple(policies)
+
+
+def check_cost(cost: int, policies: Sequence[Policy]) -> int:
+    """A cost is a whole number of units that every policy could admit at least once."""
+    if isinstance(cost, bool) or not isinstance(cost, int):
+        raise TypeError(f"cost must be an int, not {type(cost).__name__}")
+    if cost < 1:
+        raise ValueError(f"cost must be >= 1, got {cost}")
+    smallest = min(policies, key=lambda p: p.limit)
+    if cost > smallest.limit:
+        raise ValueError(f"cost {cost} can never be admitted: {smallest!r} admits {smallest.limit}")
+    return cost
+
+
+def check_seconds(name: str, value: float) -> float:
+    """A finite, non-negative number of seconds."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+    return float(value)
+
+
+class BlockedCache:
+    """Keys known to be blocked until a monotonic time, answered without a round trip.
+
+    A rejection for ``cost`` stays valid for any cost at least as large until
+    its ``retry_after`` has passed (every algorithm only admits more as time
+    goes by), so the cache never rejects what the backend would admit, except
+    after a ``reset`` made by another process. The deadline is counted from
+    before the request was sent, so it never outlasts the backend's own.
+    """
+
+    def __init__(self, clock: Clock, size: int = 10_000) -> None:
+        if size < 1:
+            raise ValueError(f"the blocked-key cache needs a size >= 1, got {size}")
+        self.clock = clock
+        self.size = size
+        self._blocked: dict[str, tuple[float, int, Decision]] = {}
+
+    def get(self, key: str, cost: int) -> Decision | None:
+        """A cached rejection for ``key`` at ``cost``, or None."""
+        entry = self._blocked.get(key)
+        if entry is None:
+            return None
+        until, blocked_cost, decision = entry
+        left = until - self.clock()
+        if left <= 0:
+            del self._blocked[key]
+            return None
+        if cost < blocked_cost:
+            return None
+        return dataclasses.replace(decision, retry_after=left, source=Source.CACHE)
+
+    def put(self, key: str, cost: int, decision: Decision, sent: float) -> None:
+        """Remember a rejection the backend made for a request sent at ``sent``."""
+        if decision.allowed or decision.source is not Source.BACKEND:
+            return
+        if decision.retry_after <= 0:
+            return
+        if key not in self._blocked and len(self._blocked) >= self.size:
+            # Drop the oldest entry (dicts keep insertion order).
+            del self._blocked[next(iter(self._blocked))]
+        self._blocked[key] = (sent + decision.retry_after, cost, decision)
+
+    def forget(self, key: str) -> None:
+        """Drop ``key`` (after a reset)."""
+        self._blocked.pop(key, None)

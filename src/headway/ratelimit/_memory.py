@@ -1,0 +1,119 @@
+"""The in-memory rate-limit backend: the embedded default and the reference model.
+
+It runs ``_model`` over a dict in one process, with the scripts' semantics:
+the same keys, the same TTLs (an expired entry reads as missing), the same
+decisions. Time comes from an injectable clock (monotonic by default: one
+process needs no shared clock).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from .._clock import Clock, MonotonicClock
+from ._backend import state_keys
+from ._model import Verdict, decide
+from ._policies import Policy
+
+__all__ = ["MemoryRateLimitBackend", "SyncMemoryRateLimitBackend"]
+
+
+class _Store:
+    def __init__(self, clock: Clock | None) -> None:
+        self.clock: Clock = clock or MonotonicClock()
+        self.entries: dict[str, tuple[Any, int]] = {}  # key -> (state, expires at, us)
+        self._sweep_at = 1024
+        # Sync callers may share a backend between threads; each decision is atomic.
+        self._mutex = threading.Lock()
+
+    def decide(
+        self, key: str, policies: Sequence[Policy], cost: int, peek: bool, now_us: int | None
+    ) -> Verdict:
+        with self._mutex:
+            now = round(self.clock() * 1_000_000) if now_us is None else now_us
+            return self._decide(state_keys(key, policies), policies, cost, peek, now)
+
+    def _decide(
+        self, keys: list[str], policies: Sequence[Policy], cost: int, peek: bool, now: int
+    ) -> Verdict:
+        states = [self._get(k, now) for k in keys]
+        specs = [(p.kind, *p.params()) for p in policies]
+        verdict, writes = decide(states, specs, now, cost, peek)
+        if writes is not None:
+            for k, (state, ttl_us) in zip(keys, writes, strict=True):
+                # Scripts round TTLs up to whole milliseconds; so does the model.
+                self.entries[k] = (state, now + max(1, -(-ttl_us // 1000)) * 1000)
+            if len(self.entries) >= self._sweep_at:
+                self._sweep(now)
+        return verdict
+
+    def _get(self, key: str, now: int) -> Any:
+        entry = self.entries.get(key)
+        if entry is None:
+            return None
+        if entry[1] <= now:
+            del self.entries[key]
+            return None
+        return entry[0]
+
+    def _sweep(self, now: int) -> None:
+        # Amortised: sweep when the dict has doubled since the last sweep.
+        self.entries = {k: e for k, e in self.entries.items() if e[1] > now}
+        self._sweep_at = max(1024, 2 * len(self.entries))
+
+    def reset(self, key: str, policies: Sequence[Policy]) -> None:
+        with self._mutex:
+            for k in state_keys(key, policies):
+                self.entries.pop(k, None)
+
+
+class MemoryRateLimitBackend:
+    """Rate limits for one process (async API), with the Redis scripts' semantics."""
+
+    name = "memory"
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self._store = _Store(clock)
+
+    async def decide(
+        self,
+        key: str,
+        policies: Sequence[Policy],
+        cost: int,
+        peek: bool,
+        *,
+        now_us: int | None = None,
+    ) -> Verdict:
+        """Decide (see ``RateLimitBackend.decide``)."""
+        return self._store.decide(key, policies, cost, peek, now_us)
+
+    async def reset(self, key: str, policies: Sequence[Policy]) -> None:
+        """Forget ``key``."""
+        self._store.reset(key, policies)
+
+
+class SyncMemoryRateLimitBackend:
+    """Rate limits for one process (sync API), with the Redis scripts' semantics."""
+
+    name = "memory"
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self._store = _Store(clock)
+
+    def decide(
+        self,
+        key: str,
+        policies: Sequence[Policy],
+        cost: int,
+        peek: bool,
+        *,
+        now_us: int | None = None,
+    ) -> Verdict:
+        """Decide (see ``RateLimitBackend.decide``)."""
+        return self._store.decide(key, policies, cost, peek, now_us)
+
+    def reset(self, key: str, policies: Sequence[Policy]) -> None:
+        """Forget ``key``."""
+        self._store.reset(key, policies)

@@ -1,0 +1,125 @@
+"""The Redis rate-limit backend (single node or Cluster), async and sync shells.
+
+Both shells build the call with ``decide_call`` and parse the reply with
+``Verdict.from_reply``; a decision is one EVALSHA of ``rl_decide.lua`` (which
+includes every algorithm file), NOSCRIPT recovered on the same call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+from redis import asyncio as aioredis
+
+from .._errors import BackendUnavailable
+from .._scripts import Script
+from ..lock._redis import UNAVAILABLE
+from ._backend import decide_call, state_keys
+from ._model import Verdict
+from ._policies import Policy
+
+__all__ = ["DECIDE", "RedisRateLimitBackend", "SyncRedisRateLimitBackend"]
+
+ALGORITHMS = (
+    "rl_token_bucket",
+    "rl_leaky_bucket",
+    "rl_fixed_window",
+    "rl_sliding_log",
+    "rl_sliding_counter",
+)
+DECIDE = Script("rl_decide", include=("rl_common", *ALGORITHMS))
+
+
+def _unavailable(exc: BaseException) -> BackendUnavailable:
+    return BackendUnavailable(f"Redis did not answer: {type(exc).__name__}: {exc}", backend="redis")
+
+
+class RedisRateLimitBackend:
+    """Rate limits on one Redis server or a Redis Cluster (``redis.asyncio`` client).
+
+    The latency budget is the limiter's (``RateLimiter(budget=...)``); connection
+    and socket timeouts on the client bound what the budget cannot interrupt.
+    """
+
+    name = "redis"
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    @classmethod
+    def from_url(cls, url: str, *, timeout: float = 1.0, **options: Any) -> RedisRateLimitBackend:
+        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
+        options.setdefault("socket_connect_timeout", timeout)
+        options.setdefault("socket_timeout", timeout)
+        return cls(aioredis.Redis.from_url(url, **options))
+
+    async def decide(
+        self,
+        key: str,
+        policies: Sequence[Policy],
+        cost: int,
+        peek: bool,
+        *,
+        now_us: int | None = None,
+    ) -> Verdict:
+        """Decide (see ``RateLimitBackend.decide``): one EVALSHA."""
+        keys, args = decide_call(key, policies, cost, peek, now_us)
+        try:
+            reply = await DECIDE.run(self.client, keys, args)
+        except UNAVAILABLE as exc:
+            raise _unavailable(exc) from exc
+        return Verdict.from_reply(reply)
+
+    async def reset(self, key: str, policies: Sequence[Policy]) -> None:
+        """Delete every policy's state for ``key``."""
+        try:
+            await self.client.delete(*state_keys(key, policies))
+        except UNAVAILABLE as exc:
+            raise _unavailable(exc) from exc
+
+
+class SyncRedisRateLimitBackend:
+    """The synchronous Redis backend (``redis.Redis`` or ``redis.cluster.RedisCluster``).
+
+    The latency budget is the client's socket timeout: set it with ``from_url``.
+    """
+
+    name = "redis"
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, timeout: float = 1.0, **options: Any
+    ) -> SyncRedisRateLimitBackend:
+        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
+        options.setdefault("socket_connect_timeout", timeout)
+        options.setdefault("socket_timeout", timeout)
+        return cls(redis.Redis.from_url(url, **options))
+
+    def decide(
+        self,
+        key: str,
+        policies: Sequence[Policy],
+        cost: int,
+        peek: bool,
+        *,
+        now_us: int | None = None,
+    ) -> Verdict:
+        """Decide (see ``RateLimitBackend.decide``): one EVALSHA."""
+        keys, args = decide_call(key, policies, cost, peek, now_us)
+        try:
+            reply = DECIDE.run_sync(self.client, keys, args)
+        except UNAVAILABLE as exc:
+            raise _unavailable(exc) from exc
+        return Verdict.from_reply(reply)
+
+    def reset(self, key: str, policies: Sequence[Policy]) -> None:
+        """Delete every policy's state for ``key``."""
+        try:
+            self.client.delete(*state_keys(key, policies))
+        except UNAVAILABLE as exc:
+            raise _unavailable(exc) from exc

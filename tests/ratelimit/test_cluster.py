@@ -1,0 +1,89 @@
+"""The core suite on a real 3-master Redis Cluster (one hash tag per key: one slot)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from redis import asyncio as aioredis
+from redis.cluster import RedisCluster
+
+from headway.ratelimit import (
+    RateLimiter,
+    RedisRateLimitBackend,
+    SyncMemoryRateLimitBackend,
+    SyncRedisRateLimitBackend,
+)
+from tests.ratelimit.strategies import EPOCH_US
+from tests.ratelimit.test_concurrency import BUCKETS, WINDOWS
+from tests.ratelimit.test_redis import POLICIES
+from tests.servers import RedisServers, Server
+
+pytestmark = [pytest.mark.anyio, pytest.mark.redis, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def cluster(redis_servers: RedisServers) -> Iterator[list[Server]]:
+    nodes = redis_servers.cluster(3)
+    try:
+        yield nodes
+    finally:
+        for node in nodes:
+            redis_servers.stop(node)
+
+
+@pytest.fixture
+async def client(cluster: list[Server]) -> AsyncIterator[aioredis.RedisCluster]:
+    c = aioredis.RedisCluster(host="127.0.0.1", port=cluster[0].port, max_connections=1024)
+    await c.flushall()
+    try:
+        yield c
+    finally:
+        await c.aclose()
+
+
+async def test_keys_spread_over_the_masters_and_limits_hold(
+    client: aioredis.RedisCluster,
+) -> None:
+    limiter = RateLimiter(*POLICIES, backend=RedisRateLimitBackend(client))
+    keys = [f"user-{i}" for i in range(30)]  # 30 hash tags land on every master
+    for key in keys:
+        assert (await limiter.hit(key, cost=10)).allowed
+    for key in keys:
+        assert not (await limiter.hit(key)).allowed
+    await limiter.reset(keys[0])
+    assert (await limiter.hit(keys[0])).allowed
+    nodes = client.get_primaries()
+    assert len({client.keyslot(k) * 0 + id(client.get_node_from_key(k)) for k in keys}) == len(
+        nodes
+    )
+    await client.script_flush()  # NOSCRIPT on every node: recovered on the same call
+    assert not (await limiter.hit(keys[1])).allowed
+
+
+async def test_the_scripts_match_the_model_on_the_cluster(cluster: list[Server]) -> None:
+    client = RedisCluster(host="127.0.0.1", port=cluster[0].port)
+    try:
+        remote = SyncRedisRateLimitBackend(client)
+        model = SyncMemoryRateLimitBackend()
+        now = EPOCH_US
+        for step in range(300):
+            now += (step * 7919) % 400_000
+            key, cost, peek = f"k{step % 5}", 1 + step % 3, step % 7 == 0
+            assert remote.decide(key, POLICIES, cost, peek, now_us=now) == model.decide(
+                key, POLICIES, cost, peek, now_us=now
+            )
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("policy", [*WINDOWS, *BUCKETS], ids=lambda p: p.name)
+async def test_a_thousand_concurrent_hits_admit_exactly_the_limit(
+    client: aioredis.RedisCluster, policy: object
+) -> None:
+    backend = RedisRateLimitBackend(client)
+    verdicts = await asyncio.gather(
+        *(backend.decide("hot", [policy], 1, False, now_us=EPOCH_US) for _ in range(1000))  # type: ignore[list-item]
+    )
+    assert sum(v.allowed for v in verdicts) == 100

@@ -1,0 +1,171 @@
+"""Redis specifics: TTLs, hostile keys, NOSCRIPT, failure modes, the blocked-key cache."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import AsyncIterator
+
+import pytest
+from redis import asyncio as aioredis
+
+from headway.ratelimit import (
+    FixedWindow,
+    LeakyBucket,
+    RateLimiter,
+    RedisRateLimitBackend,
+    SlidingCounter,
+    SlidingLog,
+    Source,
+    SyncRateLimiter,
+    SyncRedisRateLimitBackend,
+    TokenBucket,
+)
+from headway.ratelimit._backend import state_keys
+from headway.ratelimit._policies import OnError, Policy
+from tests.servers import Server, free_port
+
+pytestmark = [pytest.mark.anyio, pytest.mark.redis]
+
+POLICIES = (
+    TokenBucket(10, 5, 1.0),
+    LeakyBucket(10, 5, 1.0),
+    FixedWindow(10, 2.0),
+    SlidingLog(10, 3.0),
+    SlidingCounter(10, 4.0),
+)
+
+
+@pytest.fixture
+async def own_client(own_server: Server) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(own_server.url)
+    await client.flushall()  # our own throw-away server
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+async def _stored(client: aioredis.Redis) -> list[str]:
+    return [k.decode() if isinstance(k, bytes) else k for k in await client.keys("*")]
+
+
+async def test_every_key_written_has_a_ttl(redis_client: aioredis.Redis) -> None:
+    limiter = RateLimiter(*POLICIES, backend=RedisRateLimitBackend(redis_client))
+    for cost in (1, 3, 2):
+        assert (await limiter.hit("ttl", cost=cost)).allowed
+    await limiter.peek("ttl")
+    keys = sorted(await _stored(redis_client))
+    assert keys == sorted(state_keys("ttl", POLICIES))
+    # Longest time each state matters: a refill, a window, two windows (counter).
+    bounds = {
+        "tb": 10 * 200,
+        "lb": 10 * 200,
+        "fw": 2000,
+        "sl": 3000,
+        "sc": 8000,
+    }
+    for key in keys:
+        pttl = await redis_client.pttl(key)
+        assert 0 < pttl <= bounds[key.rsplit(":", 1)[1][:2]], key
+
+
+async def test_hostile_keys_share_one_tag_and_never_collide(
+    redis_client: aioredis.Redis,
+) -> None:
+    limiter = RateLimiter(
+        FixedWindow(1, 60.0), SlidingLog(1, 60.0), backend=RedisRateLimitBackend(redis_client)
+    )
+    hostile = ["a{b}c", "}{", "x:y:z", "", " ", "é" * 40, "k" * 1_000_000, "a{b}c "]
+    for key in hostile:
+        assert (await limiter.hit(key)).allowed, key
+    for key in hostile:
+        assert not (await limiter.hit(key)).allowed, key
+    stored = await _stored(redis_client)
+    assert len(stored) == 2 * len(hostile)
+    assert all(len(k) < 100 and k.count("{") == 1 and k.count("}") == 1 for k in stored)
+
+
+async def test_noscript_after_a_flush_is_recovered_on_the_same_call(
+    own_client: aioredis.Redis,
+) -> None:
+    limiter = RateLimiter(*POLICIES, backend=RedisRateLimitBackend(own_client))
+    assert (await limiter.hit("k")).source is Source.BACKEND
+    await own_client.script_flush()
+    decision = await limiter.hit("k")
+    assert decision.source is Source.BACKEND
+    assert decision.allowed
+    assert decision.remaining == 8
+
+
+@pytest.mark.parametrize(
+    ("on_error", "source"), [("allow", Source.FAILED_OPEN), ("deny", Source.FAILED_CLOSED)]
+)
+async def test_redis_down_fails_as_each_policy_says(on_error: OnError, source: Source) -> None:
+    backend = RedisRateLimitBackend.from_url(f"redis://127.0.0.1:{free_port()}/0")
+    policies: list[Policy] = [FixedWindow(5, on_error="allow"), SlidingLog(5, on_error=on_error)]
+    decision = await RateLimiter(*policies, backend=backend, retry_on_error=2.0).hit("k")
+    assert decision.source is source
+    assert decision.failed
+    assert decision.allowed is (on_error == "allow")
+    assert decision.retry_after == (0.0 if on_error == "allow" else 2.0)
+    await backend.client.aclose()
+
+    sync = SyncRedisRateLimitBackend.from_url(f"redis://127.0.0.1:{free_port()}/0")
+    assert SyncRateLimiter(*policies, backend=sync).hit("k").source is source
+    sync.client.close()
+
+
+@pytest.mark.parametrize(
+    ("on_error", "source"), [("allow", Source.FAILED_OPEN), ("deny", Source.FAILED_CLOSED)]
+)
+async def test_a_stalled_redis_answers_within_the_budget(
+    own_server: Server, on_error: OnError, source: Source
+) -> None:
+    # No socket timeout: only the limiter's budget can end the call.
+    client = aioredis.Redis.from_url(own_server.url)
+    limiter = RateLimiter(
+        TokenBucket(5, 1, on_error=on_error), backend=RedisRateLimitBackend(client), budget=0.2
+    )
+    assert (await limiter.hit("k")).source is Source.BACKEND
+    os.kill(own_server.pid, signal.SIGSTOP)
+    try:
+        decision = await limiter.hit("k")
+    finally:
+        os.kill(own_server.pid, signal.SIGCONT)
+    assert decision.source is source
+    assert (await limiter.hit("k")).source is Source.BACKEND  # and it recovers
+    await client.aclose()
+
+
+async def _scripts_run(client: aioredis.Redis) -> int:
+    """Script calls the server has processed (commands inside scripts are not counted)."""
+    stats = await client.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+
+
+async def test_blocked_key_cache_spares_round_trips(own_client: aioredis.Redis) -> None:
+    policy = FixedWindow(3, 60.0)
+    cached = RateLimiter(policy, backend=RedisRateLimitBackend(own_client), cache_blocked=True)
+    for _ in range(3):
+        assert (await cached.hit("k")).allowed
+    first = await cached.hit("k")
+    assert not first.allowed
+    assert first.source is Source.BACKEND
+
+    before = await _scripts_run(own_client)
+    answers = [await cached.hit("k", cost=c) for c in (1, 2, 3, 1)]
+    assert await _scripts_run(own_client) - before == 0
+    assert all(not d.allowed and d.source is Source.CACHE for d in answers)
+    assert all(0 < d.retry_after <= first.retry_after for d in answers)
+
+    # Without the cache every rejection is a round trip; another key is unaffected.
+    plain = RateLimiter(policy, backend=RedisRateLimitBackend(own_client))
+    before = await _scripts_run(own_client)
+    for _ in range(4):
+        assert (await plain.hit("k")).source is Source.BACKEND
+    assert (await cached.hit("other")).allowed
+    assert await _scripts_run(own_client) - before == 4 + 1
+
+    await cached.reset("k")
+    assert (await cached.hit("k")).allowed
