@@ -76,7 +76,9 @@ async def write(engine: AsyncEngine, t: Tables, fence: int, value: int) -> bool:
         return await fenced_update(conn, t.register, {"id": 1}, {"value": value}, fence=fence)
 
 
-async def test_stale_rejected_equal_and_higher_accepted(engine: AsyncEngine, tables: Tables) -> None:
+async def test_stale_rejected_equal_and_higher_accepted(
+    engine: AsyncEngine, tables: Tables
+) -> None:
     assert await write(engine, tables, 4, 10) is False
     assert await row(engine, tables) == (0, 5)
     assert await write(engine, tables, 5, 11) is True  # the same holder writing again
@@ -199,7 +201,9 @@ async def test_concurrent_writers_keep_the_highest_fence(
     accepted = await asyncio.gather(*tasks)
 
     async with engine.connect() as conn:
-        log = (await conn.execute(sa.select(hist.c.writer, hist.c.fence).order_by(hist.c.seq))).all()
+        log = (
+            await conn.execute(sa.select(hist.c.writer, hist.c.fence).order_by(hist.c.seq))
+        ).all()
     value, fence = await row(engine, tables)
     log_fences = [f for _, f in log]
     # Accept order never goes back to a lower token.

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
 
-from headway import BackendUnavailable, Lock, LockNotAcquired, LockNotOwned
+from headway import BackendUnavailable, Lock, LockLost, LockNotAcquired, LockNotOwned
 from headway.lock._postgres import PostgresLockBackend, advisory_key
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -119,7 +124,7 @@ async def test_timeout_raises_and_leaves_nothing(
     backend: PostgresLockBackend, engine: AsyncEngine, resource: str
 ) -> None:
     lease = await backend.acquire(resource, ttl=5, timeout=0)
-    with pytest.raises(LockNotAcquired, match="within 0.2 s"):
+    with pytest.raises(LockNotAcquired, match=r"within 0\.2 s"):
         await backend.acquire(resource, ttl=5, timeout=0.2)
     assert await lock_rows(engine, resource) == [True]
     assert len(backend._held) == 1
@@ -136,11 +141,9 @@ async def test_idle_holder_loses_the_lock(
     # It waited about 0.3 s, more than a tenth of its TTL: its deadline restarts after the grant.
     assert fresh.remaining() > 0.8
     assert fresh.fence > stale.fence
+    first = backend.extend(stale, 1) if first_call == "extend" else backend.release(stale)
     with pytest.raises(LockNotOwned, match="no longer held"):
-        if first_call == "extend":
-            await backend.extend(stale, 1)
-        else:
-            await backend.release(stale)
+        await first
     for call in (backend.extend(stale, 1), backend.release(stale)):
         with pytest.raises(LockNotOwned):
             await call
@@ -190,6 +193,32 @@ async def test_hold_renews_past_the_ttl(backend: PostgresLockBackend, resource: 
     await backend.release(after)
 
 
+async def test_hold_reports_a_killed_session(
+    backend: PostgresLockBackend, engine: AsyncEngine, resource: str
+) -> None:
+    key = advisory_key(resource)
+    finished = False
+
+    async def killed_while_held() -> None:
+        nonlocal finished
+        async with Lock(backend, resource, ttl=0.6).hold():
+            async with engine.connect() as conn:
+                await conn.execute(
+                    sa.text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = "
+                        "'advisory' AND classid::bigint = :hi AND objid::bigint = :lo"
+                    ),
+                    {"hi": (key >> 32) & 0xFFFFFFFF, "lo": key & 0xFFFFFFFF},
+                )
+            await asyncio.sleep(5)  # the next renewal fails and cancels this
+            finished = True
+
+    with pytest.raises(LockLost):
+        await killed_while_held()
+    assert not finished
+    assert not backend._held
+
+
 async def test_cancelled_waiter_leaves_nothing(
     backend: PostgresLockBackend, engine: AsyncEngine, resource: str
 ) -> None:
@@ -230,6 +259,67 @@ async def test_cancelled_at_any_moment_strands_nothing(
         await eventually(free)
         assert not backend._held
     assert "cancelled" in outcomes
+
+
+class Elsewhere:
+    """A PostgreSQL client on its own thread and loop: it acts while our loop is blocked."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` there, blocking this thread (and so our event loop) meanwhile."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=10)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()
+
+
+async def test_cancelled_just_after_the_grant_strands_nothing(
+    backend: PostgresLockBackend, engine: AsyncEngine, postgres_url: str, resource: str
+) -> None:
+    key = advisory_key(resource)
+    elsewhere = Elsewhere()
+    other = create_async_engine(postgres_url, poolclass=NullPool)
+    holder = elsewhere.run(other.connect().start())
+    lock = sa.text("SELECT pg_advisory_lock(:key)")
+    unlock = sa.text("SELECT pg_advisory_unlock(:key)")
+    granted = sa.text(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+        " AND classid::bigint = :hi AND objid::bigint = :lo"
+    )
+
+    async def hand_over() -> None:
+        # Session-level and transaction-level advisory locks on one key conflict.
+        await holder.execute(unlock, {"key": key})
+        ids = {"hi": (key >> 32) & 0xFFFFFFFF, "lo": key & 0xFFFFFFFF}
+        while not (await holder.execute(granted, ids)).scalar():
+            await asyncio.sleep(0.005)
+
+    try:
+        elsewhere.run(holder.execute(lock, {"key": key}))
+        waiter = asyncio.ensure_future(backend.acquire(resource, ttl=30, timeout=10))
+        await eventually(waiting(engine, resource))
+        # Our loop is blocked while the server grants the waiter the lock, so the
+        # cancellation lands after the grant and before we can see the reply.
+        elsewhere.run(hand_over())
+        assert waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+
+        async def free() -> bool:
+            return await lock_rows(engine, resource) == []
+
+        await eventually(free)  # at once, not after the 30 s TTL
+        assert not backend._held
+    finally:
+        elsewhere.run(holder.close())
+        elsewhere.run(other.dispose())
+        elsewhere.close()
 
 
 async def test_unreachable_server_is_backend_unavailable(resource: str) -> None:

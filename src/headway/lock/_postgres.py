@@ -12,8 +12,13 @@ A lease is one pooled connection kept in an open transaction that holds
   sends one cheap statement that restarts that timer (and sets the new TTL);
   the timer restarts at the end of each statement, so the server's expiry is
   never earlier than ``Lease.deadline``, which is counted from before the
-  statement was sent.
+  statement was sent (after a wait longer than a tenth of the TTL, one more
+  statement restarts the timer, so a lease is not handed out half spent).
 - **Release** rolls the transaction back: the lock is freed at once.
+- **Cancellation** of a waiting ``acquire`` ends its session (the lock may
+  have been granted as the cancellation arrived), so nothing is left held.
+  A server ``statement_timeout`` shorter than the wait cuts it short, as a
+  ``LockNotAcquired``.
 
 The **fencing token** is the transaction's id, ``txid_current()``, taken in
 the same statement *after* the lock is granted. Transaction ids come from one
@@ -100,18 +105,15 @@ def _sqlstate(exc: BaseException) -> str | None:
     return getattr(getattr(exc, "orig", None), "sqlstate", None)
 
 
-def _reraise_cancellation(exc: BaseException) -> None:
-    """``complete()`` lets an error win over a cancellation that arrived meanwhile: undo that."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError from exc
-
-
 @dataclass
 class _Held:
     conn: AsyncConnection
     # One connection runs one statement at a time: extend and release queue here.
     busy: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+async def _close(conn: AsyncConnection) -> None:
+    await conn.close()
 
 
 async def _discard(conn: AsyncConnection) -> None:
@@ -143,7 +145,8 @@ class PostgresLockBackend:
 
     def _unavailable(self, exc: BaseException) -> BackendUnavailable:
         return BackendUnavailable(
-            f"PostgreSQL did not answer within {self.timeout:g} s: {type(exc).__name__}: {exc}",
+            f"PostgreSQL failed or did not answer within {self.timeout:g} s: "
+            f"{type(exc).__name__}: {exc}",
             backend="postgres",
         )
 
@@ -158,8 +161,12 @@ class PostgresLockBackend:
         key = advisory_key(resource)
         sent = self.clock()
         try:
-            # Cancelled during checkout, the pool takes the connection back: it holds nothing yet.
-            conn = await self._bounded(self.engine.connect().start(), wait + self.timeout)
+            # Shielded: asyncpg cancelled mid-connect leaves a failed future behind
+            # ("Future exception was never retrieved"). On cancellation the checkout
+            # ends first, then the connection (which holds nothing yet) goes back.
+            conn = await complete(
+                self._bounded(self.engine.connect().start(), wait + self.timeout), _close
+            )
         except _UNAVAILABLE as exc:
             raise self._unavailable(exc) from exc
         params: dict[str, Any] = {"key": key, "ttl": f"{ttl_ms}ms"}
@@ -226,23 +233,27 @@ class PostgresLockBackend:
             if self._held.get(lease.token) is not held:
                 raise self._not_owned(lease, "extend")
             sent = self.clock()
-            touch = self._bounded(held.conn.execute(_TOUCH, {"ttl": f"{ttl_ms}ms"}), self.timeout)
+            # Past the lease's deadline the server may end the session anyway: a touch
+            # that cannot answer by then counts as lost (and ``hold()`` hears of it in time).
+            left = lease.deadline - sent
+            bound = min(self.timeout, left) if left > 0 else self.timeout
             try:
                 # Shielded: a statement abandoned halfway would leave the session unusable.
-                await complete(touch)
-            except asyncio.CancelledError:
-                raise  # the statement ran to its end: the lease is intact
-            except BaseException as exc:
-                # A session that failed a statement cannot be trusted to hold
-                # anything: end it, so the lock is freed for certain.
-                self._held.pop(lease.token, None)
-                await complete(_discard(held.conn))
-                _reraise_cancellation(exc)
-                if isinstance(exc, _UNAVAILABLE):
-                    why = f" ({type(exc).__name__}: its session ended or did not answer)"
-                    raise self._not_owned(lease, "extend", why) from exc
-                raise
+                await complete(self._touch(lease.token, held, ttl_ms, bound))
+            except _UNAVAILABLE as exc:
+                why = f" ({type(exc).__name__}: its session ended or did not answer)"
+                raise self._not_owned(lease, "extend", why) from exc
         return Lease(lease.resource, lease.token, lease.fence, sent + ttl_ms / 1000, ttl_ms / 1000)
+
+    async def _touch(self, token: str, held: _Held, ttl_ms: int, bound: float) -> None:
+        try:
+            await self._bounded(held.conn.execute(_TOUCH, {"ttl": f"{ttl_ms}ms"}), bound)
+        except BaseException:
+            # A session that failed a statement cannot be trusted to hold anything:
+            # end it, so the lock is freed for certain.
+            self._held.pop(token, None)
+            await _discard(held.conn)
+            raise
 
     async def release(self, lease: Lease) -> None:
         """Release ``lease`` (shielded from cancellation); ``LockNotOwned`` if it had lapsed."""
@@ -251,14 +262,10 @@ class PostgresLockBackend:
             raise self._not_owned(lease, "release")
         try:
             await complete(self._end(held))
-        except asyncio.CancelledError:
-            raise
         except TimeoutError as exc:
-            _reraise_cancellation(exc)
             # The session was closed from our side: the server frees the lock when it notices.
             raise self._unavailable(exc) from exc
         except _UNAVAILABLE as exc:
-            _reraise_cancellation(exc)
             raise self._not_owned(lease, "release", " (its session had ended)") from exc
 
     async def _end(self, held: _Held) -> None:
