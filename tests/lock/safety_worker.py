@@ -138,6 +138,8 @@ def work(backend_name: str, worker: int, table: str, resource: str, ttl: float, 
 
 def main() -> None:
     backend_name, workers, table, resource, ttl, path = sys.argv[1:7]
+    # Load the dialect (imported lazily, on first use) once, before forking.
+    create_async_engine(os.environ["HEADWAY_TEST_DATABASE_URL"])
     pids = []
     for worker in range(int(workers)):
         # Fork before any event loop or thread exists: each child builds its own clients.

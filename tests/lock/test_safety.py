@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from redis import asyncio as aioredis
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from tests.lock.safety_worker import tables
@@ -162,9 +163,9 @@ async def test_paused_holders_cannot_corrupt_the_register(
     async with engine.begin() as conn:
         await conn.run_sync(metadata.create_all)
         await conn.execute(sa.insert(register).values(id=1, value=0, fence=0))
+    resource = f"safety-{uuid.uuid4().hex}"
     try:
         urls = {"HEADWAY_TEST_REDIS_URL": redis_url, "HEADWAY_TEST_DATABASE_URL": postgres_url}
-        resource = f"safety-{uuid.uuid4().hex}"
         run = await run_workers(backend, urls, table, resource, tmp_path / "workers.err")
         async with engine.connect() as conn:
             history = (await conn.execute(sa.select(log).order_by(log.c.seq))).all()
@@ -173,6 +174,10 @@ async def test_paused_holders_cannot_corrupt_the_register(
         async with engine.begin() as conn:
             await conn.run_sync(metadata.drop_all)
         await engine.dispose()
+        async with aioredis.Redis.from_url(redis_url) as client:
+            keys = [k async for k in client.scan_iter(match=f"headway:{{lock:{resource}*")]
+            if keys:
+                await client.delete(*keys)
 
     paused = run.paused
     results = {w.index: w.result for w in run.workers.values() if w.result is not None}
