@@ -21,6 +21,7 @@ def test_all_is_pinned() -> None:
         "MonotonicClock",
         "Policy",
         "PolicyDecision",
+        "PostgresLockBackend",
         "RateLimitBackend",
         "RateLimiter",
         "RedisLockBackend",
@@ -37,6 +38,9 @@ def test_all_is_pinned() -> None:
         "SyncRedisLockBackend",
         "SyncRedisRateLimitBackend",
         "TokenBucket",
+        "fenced_update",
+        "fenced_update_statement",
+        "fenced_update_sync",
     ]
 
 

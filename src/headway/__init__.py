@@ -16,11 +16,15 @@ from .lock import (
     Lock,
     LockBackend,
     MemoryLockBackend,
+    PostgresLockBackend,
     RedisLockBackend,
     RedlockBackend,
     SyncLock,
     SyncLockBackend,
     SyncRedisLockBackend,
+    fenced_update,
+    fenced_update_statement,
+    fenced_update_sync,
 )
 from .ratelimit import (
     Decision,
@@ -63,6 +67,7 @@ __all__ = [
     "MonotonicClock",
     "Policy",
     "PolicyDecision",
+    "PostgresLockBackend",
     "RateLimitBackend",
     "RateLimiter",
     "RedisLockBackend",
@@ -79,4 +84,7 @@ __all__ = [
     "SyncRedisLockBackend",
     "SyncRedisRateLimitBackend",
     "TokenBucket",
+    "fenced_update",
+    "fenced_update_statement",
+    "fenced_update_sync",
 ]

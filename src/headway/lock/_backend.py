@@ -88,9 +88,17 @@ async def complete(aw: Awaitable[T], undo: Callable[[T], Awaitable[object]] | No
             result = await asyncio.shield(task)
             break
         except asyncio.CancelledError:
-            if task.cancelled():  # the call itself was cancelled, not just us
+            if task.cancelled():
                 raise
+            # We were cancelled, perhaps just as the call finished: its result
+            # still needs undoing, so go round once more to collect it.
             cancelled = True
+        except BaseException as exc:
+            if cancelled:
+                # The call failed after we were cancelled: the cancellation wins, or
+                # ``asyncio.timeout`` and task cancellation counts would go astray.
+                raise asyncio.CancelledError from exc
+            raise
     if cancelled:
         if undo is not None:
             with contextlib.suppress(Exception):

@@ -1,0 +1,158 @@
+"""The clients of the safety test (``test_safety.py``), each its own OS process.
+
+``main`` imports everything once, then forks the workers: much cheaper than
+eight interpreters each importing SQLAlchemy, asyncpg and redis. Each worker
+connects to the parent's Unix socket and loops over critical sections on one
+lock: acquire, read the shared register ``FOR UPDATE``, write value + 1 with
+``fenced_update``, log the attempt in the same transaction, release. At two
+checkpoints (lock held; register read) it tells the parent and blocks until
+the parent answers, so the parent can SIGSTOP it exactly there. The answer
+``last`` makes the current section its last. At the end it sends ``done`` and
+every (fence, accepted).
+
+Usage: python -m tests.lock.safety_worker BACKEND WORKERS TABLE RESOURCE TTL SOCKET
+with HEADWAY_TEST_REDIS_URL / HEADWAY_TEST_DATABASE_URL in the environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import sys
+import traceback
+
+import sqlalchemy as sa
+from redis import asyncio as aioredis
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from headway import Lock, LockBackend, LockNotOwned, RedisLockBackend
+from headway.lock._fencing import fenced_update
+from headway.lock._postgres import PostgresLockBackend
+
+
+def tables(name: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
+    """The register (one row) and the log of every attempt, in commit order (``seq``)."""
+    metadata = sa.MetaData()
+    register = sa.Table(
+        name,
+        metadata,
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("value", sa.Integer, nullable=False),
+        sa.Column("fence", sa.BigInteger, nullable=False),
+    )
+    log = sa.Table(
+        f"{name}_log",
+        metadata,
+        sa.Column("seq", sa.BigInteger, sa.Identity(), primary_key=True),
+        sa.Column("worker", sa.Integer, nullable=False),
+        sa.Column("fence", sa.BigInteger, nullable=False),
+        sa.Column("accepted", sa.Boolean, nullable=False),
+        sa.Column("value_before", sa.Integer, nullable=False),
+    )
+    return metadata, register, log
+
+
+class Parent:
+    """The line channel to the parent; ``ask`` blocks the whole process, on purpose."""
+
+    def __init__(self, path: str) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path)
+        self.file = self.sock.makefile("rw", encoding="utf-8", newline="\n")
+
+    def tell(self, message: str) -> None:
+        self.file.write(message + "\n")
+        self.file.flush()
+
+    def ask(self, message: str) -> str:
+        self.tell(message)
+        answer = self.file.readline().strip()
+        if not answer:
+            raise SystemExit("parent went away")
+        return answer
+
+
+async def run(
+    backend_name: str, worker: int, table: str, resource: str, ttl: float, parent: Parent
+) -> None:
+    _, register, log = tables(table)
+    engine = create_async_engine(os.environ["HEADWAY_TEST_DATABASE_URL"], pool_size=3)
+    client = aioredis.Redis.from_url(os.environ["HEADWAY_TEST_REDIS_URL"])
+    backend: LockBackend
+    if backend_name == "redis":
+        backend = redis_backend = RedisLockBackend(client)
+        close = redis_backend.aclose
+    else:
+        backend = pg_backend = PostgresLockBackend(engine)
+        close = pg_backend.aclose
+    lock = Lock(backend, resource, ttl=ttl, timeout=60)
+    outcomes: list[tuple[int, bool]] = []
+    lost_releases = 0
+    try:
+        # Warm the pool and the scripts up before the start line.
+        async with engine.connect() as conn:
+            await conn.execute(sa.text("SELECT 1"))
+        await backend.release(await backend.acquire(f"{resource}-warmup-{worker}", ttl, 5))
+        parent.ask(f"ready {worker} {os.getpid()}")
+        while True:
+            lease = await lock.acquire()
+            last = parent.ask(f"held {lease.fence}") == "last"
+            async with engine.begin() as conn:
+                # FOR UPDATE: the read and the write are one step, so a stale holder
+                # cannot read before a newer holder writes and then write after it.
+                query = sa.select(register.c.value).where(register.c.id == 1).with_for_update()
+                value = (await conn.execute(query)).scalar_one()
+                parent.ask(f"read {lease.fence}")
+                accepted = await fenced_update(
+                    conn, register, {"id": 1}, {"value": value + 1}, fence=lease.fence
+                )
+                await conn.execute(
+                    sa.insert(log).values(
+                        worker=worker, fence=lease.fence, accepted=accepted, value_before=value
+                    )
+                )
+            outcomes.append((lease.fence, accepted))
+            try:
+                await lock.release(lease)
+            except LockNotOwned:
+                lost_releases += 1
+            if last:
+                break
+    finally:
+        await close()
+        await client.aclose()
+        await engine.dispose()
+    parent.tell("done " + json.dumps({"outcomes": outcomes, "lost_releases": lost_releases}))
+
+
+def work(backend_name: str, worker: int, table: str, resource: str, ttl: float, path: str) -> int:
+    try:
+        asyncio.run(run(backend_name, worker, table, resource, ttl, Parent(path)))
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+def main() -> None:
+    backend_name, workers, table, resource, ttl, path = sys.argv[1:7]
+    # Load the dialect (imported lazily, on first use) once, before forking.
+    create_async_engine(os.environ["HEADWAY_TEST_DATABASE_URL"])
+    pids = []
+    for worker in range(int(workers)):
+        # Fork before any event loop or thread exists: each child builds its own clients.
+        pid = os.fork()
+        if pid == 0:
+            code = work(backend_name, worker, table, resource, float(ttl), path)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        pids.append(pid)
+    codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+    sys.exit(1 if any(codes) else 0)
+
+
+if __name__ == "__main__":
+    main()
