@@ -14,7 +14,7 @@ def test_demo_lock_scene(capsys: pytest.CaptureFixture[str]) -> None:
     assert fences == list(range(1, 13))
     assert "final balance 12" in out
     assert re.search(r"slow +fence +13 +wakes up and writes late: +REJECTED", out)
-    assert "kept fence 14 and balance 13" in out
+    assert "row kept fence 14 and balance 13" in out
 
 
 def test_unknown_scene_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

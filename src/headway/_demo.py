@@ -5,42 +5,64 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from .lock import Lease, Lock, MemoryLockBackend
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import StaticPool
+
+from .lock import Lease, Lock, MemoryLockBackend, fenced_update
 
 Say = Callable[[str], None]
 
 
-class FencedRegister:
-    """A value that accepts a write only with a fencing token at least as new as the last."""
+class Register:
+    """One SQLite row written only through ``fenced_update``: stale tokens are rejected."""
 
     def __init__(self) -> None:
-        self.value = 0
-        self.fence = 0
+        self.engine = create_async_engine("sqlite+aiosqlite:///:memory:", poolclass=StaticPool)
+        self.table = sa.Table(
+            "account",
+            sa.MetaData(),
+            sa.Column("id", sa.Integer, primary_key=True),
+            sa.Column("balance", sa.Integer, nullable=False),
+            sa.Column("fence", sa.BigInteger, nullable=False),
+        )
 
-    def write(self, value: int, fence: int) -> bool:
-        if fence < self.fence:
-            return False
-        self.value, self.fence = value, fence
-        return True
+    async def open(self) -> None:
+        async with self.engine.begin() as conn:
+            await conn.run_sync(self.table.metadata.create_all)
+            await conn.execute(self.table.insert().values(id=1, balance=0, fence=0))
+
+    async def read(self) -> tuple[int, int]:
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(sa.select(self.table.c.balance, self.table.c.fence))).one()
+        return row.balance, row.fence
+
+    async def write(self, balance: int, fence: int) -> bool:
+        async with self.engine.begin() as conn:
+            return await fenced_update(
+                conn, self.table, {"id": 1}, {"balance": balance}, fence=fence
+            )
 
 
 async def lock_scene(say: Say) -> None:
-    """Workers contend for one lock; a paused holder's late write is rejected."""
+    """Workers contend for one lock over a fenced SQLite row; a paused holder is rejected."""
     say("== lock: 4 workers, one resource, on the in-memory backend ==")
     backend = MemoryLockBackend()
     lock = Lock(backend, "account:42", ttl=1.0, timeout=5.0)
-    register = FencedRegister()
+    register = Register()
+    await register.open()
 
     async def worker(name: str) -> None:
         for _ in range(3):
             async with lock.hold() as lease:
-                before = register.value
+                before, _ = await register.read()
                 await asyncio.sleep(0.01)  # the critical section's work
-                ok = register.write(before + 1, lease.fence)
+                ok = await register.write(before + 1, lease.fence)
                 say(f"  {name} fence {lease.fence:>2}  balance {before} -> {before + 1}  {_ok(ok)}")
 
     await asyncio.gather(*(worker(f"worker-{i}") for i in range(1, 5)))
-    say(f"  12 critical sections, final balance {register.value}: none lost, none overlapped")
+    balance, _ = await register.read()
+    say(f"  12 critical sections, final balance {balance}: none lost, none overlapped")
 
     say("")
     say("== lock: a holder pauses past its lease ==")
@@ -49,12 +71,15 @@ async def lock_scene(say: Say) -> None:
     say(f"  slow    fence {paused.fence:>2}  acquired, then stalls (GC pause, swap...) for 0.4 s")
     await asyncio.sleep(0.4)  # longer than its 0.2 s lease
     fresh: Lease = await slow.acquire(timeout=1.0)
-    ok = register.write(register.value + 1, fresh.fence)
+    balance, _ = await register.read()
+    ok = await register.write(balance + 1, fresh.fence)
     say(f"  fast    fence {fresh.fence:>2}  took over the expired lease, writes: {_ok(ok)}")
-    ok = register.write(register.value + 100, paused.fence)
+    ok = await register.write(balance + 100, paused.fence)
     say(f"  slow    fence {paused.fence:>2}  wakes up and writes late:           {_ok(ok)}")
     await slow.release(fresh)
-    say(f"  the register kept fence {register.fence} and balance {register.value}")
+    balance, fence = await register.read()
+    say(f"  the SQLite row kept fence {fence} and balance {balance}")
+    await register.engine.dispose()
 
 
 def _ok(accepted: bool) -> str:
