@@ -133,6 +133,10 @@ class QueuedBackend(ABC):
     @abstractmethod
     def _listen(self, resource: str, waiter: str) -> AbstractAsyncContextManager[AsyncWaiter]: ...
 
+    def _listening(self, resource: str) -> bool:
+        """True if wake-ups for ``resource`` already reach us, so ``_listen`` needs no I/O."""
+        return False
+
     async def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
         """Acquire ``resource`` (see ``LockBackend.acquire``)."""
         flow = acquire_flow(resource, ttl, timeout, self.clock)
@@ -148,16 +152,22 @@ class QueuedBackend(ABC):
                 await self._leave(resource, waiter)
 
         wake: AsyncWaiter | None = None
+        # Other tasks already wait here: listening is free, and listening before the
+        # first attempt spares the retry that covers a late subscription.
+        early = bool(waiter) and self._listening(resource)
         async with contextlib.AsyncExitStack() as stack:
             try:
+                if early:
+                    wake = await stack.enter_async_context(self._listen(resource, waiter))
                 while True:
                     if isinstance(step, Try):
                         attempt = await complete(self._try(resource, step), undo)
                         queued = bool(waiter) and not attempt.granted
                         step = flow.send(attempt)
                     elif isinstance(step, Listen):
-                        wake = await stack.enter_async_context(self._listen(resource, waiter))
-                        step = flow.send(None)
+                        if wake is None:
+                            wake = await stack.enter_async_context(self._listen(resource, waiter))
+                        step = flow.send(early)
                     elif isinstance(step, Wait):
                         assert wake is not None
                         await wake.wait(step.seconds)
@@ -229,7 +239,7 @@ class SyncQueuedBackend(ABC):
                         step = flow.send(attempt)
                     elif isinstance(step, Listen):
                         wake = stack.enter_context(self._listen(resource, waiter))
-                        step = flow.send(None)
+                        step = flow.send(False)
                     elif isinstance(step, Wait):
                         assert wake is not None
                         wake.wait(step.seconds)

@@ -109,6 +109,11 @@ class _Waker:
         self._reader: asyncio.Task[None] | None = None
         self._channels: dict[str, _Channel] = {}
 
+    def ready(self, channel: str) -> bool:
+        """True if ``channel`` is subscribed already: a new listener then costs no I/O."""
+        state = self._channels.get(channel)
+        return state is not None and state.subscribed.is_set()
+
     @contextlib.asynccontextmanager
     async def listen(self, channel: str, waiter: str) -> AsyncIterator[_EventWaiter]:
         state = self._channels.get(channel)
@@ -230,6 +235,9 @@ class RedisLockBackend(QueuedBackend):
 
     def _listen(self, resource: str, waiter: str) -> contextlib.AbstractAsyncContextManager[Any]:
         return self._waker.listen(lock_keys(resource).channel, waiter)
+
+    def _listening(self, resource: str) -> bool:
+        return self._waker.ready(lock_keys(resource).channel)
 
     async def aclose(self) -> None:
         """Stop the wake-up listener (the client itself stays the caller's)."""
