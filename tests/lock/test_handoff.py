@@ -1,5 +1,8 @@
 """Handoff between queued waiters: exact FIFO order, driven by wake-ups alone.
 
+Async tasks and sync threads, one shared backend (one subscription) or one
+backend per waiter (as separate processes would be).
+
 Waits are made effectively unbounded (``WAIT_CAP`` and ``PLACE_MS`` patched up),
 so a lost wake-up hangs the test into its guard timeout instead of passing
 slowly; every step each waiter takes is logged and compared exactly.
@@ -9,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
 import pytest
@@ -18,10 +22,8 @@ from redis import asyncio as aioredis
 
 import headway
 from headway.lock import _flow
-from headway.lock._backend import AsyncWaiter, QueuedBackend
+from headway.lock._backend import AsyncWaiter, QueuedBackend, SyncWaiter
 from headway.lock._flow import Attempt, Try
-
-pytestmark = pytest.mark.anyio
 
 GUARD = 10.0  # seconds; only reached when a wake-up is lost
 
@@ -31,23 +33,38 @@ class Log:
 
     def __init__(self) -> None:
         self.steps: list[tuple[str, str]] = []
-        self._changed = asyncio.Event()
+        self._cond = threading.Condition()
+        self._changed: asyncio.Event | None = None  # async tests log from the loop only
 
     def add(self, waiter: str, step: str) -> None:
-        self.steps.append((waiter, step))
-        self._changed.set()
+        with self._cond:
+            self.steps.append((waiter, step))
+            self._cond.notify_all()
+        if self._changed is not None:
+            self._changed.set()
 
     def of(self, waiter: str) -> list[str]:
-        return [step for who, step in self.steps if who == waiter]
+        with self._cond:
+            return [step for who, step in self.steps if who == waiter]
 
     def waiters(self) -> list[str]:
-        return list(dict.fromkeys(who for who, step in self.steps if step == "refused"))
+        with self._cond:
+            return list(dict.fromkeys(who for who, step in self.steps if step == "refused"))
 
     async def until(self, condition: Callable[[], bool]) -> None:
+        self._changed = asyncio.Event()
         async with asyncio.timeout(GUARD):
             while not condition():
                 self._changed.clear()
                 await self._changed.wait()
+
+    def until_sync(self, condition: Callable[[], bool]) -> None:
+        with self._cond:
+            assert self._cond.wait_for(condition, GUARD)
+
+    def waited(self, n: int) -> bool:
+        """The first ``n`` waiters have all started waiting."""
+        return len(self.waiters()) == n and all("wait" in self.of(w) for w in self.waiters())
 
 
 class _LoggedWaiter:
@@ -65,6 +82,23 @@ async def _logged(
 ) -> AsyncIterator[AsyncWaiter]:
     async with listen as wake:
         yield _LoggedWaiter(wake, log, waiter)
+
+
+class _LoggedSyncWaiter:
+    def __init__(self, wake: SyncWaiter, log: Log, waiter: str) -> None:
+        self.wake, self.log, self.waiter = wake, log, waiter
+
+    def wait(self, seconds: float) -> None:
+        self.log.add(self.waiter, "wait")
+        self.wake.wait(seconds)
+
+
+@contextlib.contextmanager
+def _logged_sync(
+    listen: AbstractContextManager[SyncWaiter], log: Log, waiter: str
+) -> Iterator[SyncWaiter]:
+    with listen as wake:
+        yield _LoggedSyncWaiter(wake, log, waiter)
 
 
 def _note(log: Log, step: Try, attempt: Attempt) -> Attempt:
@@ -98,6 +132,18 @@ class LoggedMemory(headway.MemoryLockBackend):
         return _logged(super()._listen(resource, waiter), self.log, waiter)
 
 
+class LoggedSyncRedis(headway.SyncRedisLockBackend):
+    def __init__(self, client: Any, log: Log) -> None:
+        super().__init__(client)
+        self.log = log
+
+    def _try(self, resource: str, step: Try) -> Attempt:
+        return _note(self.log, step, super()._try(resource, step))
+
+    def _listen(self, resource: str, waiter: str) -> AbstractContextManager[Any]:
+        return _logged_sync(super()._listen(resource, waiter), self.log, waiter)
+
+
 @pytest.fixture(autouse=True)
 def _waits_end_only_on_wake_ups(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_flow, "WAIT_CAP", 60.0)
@@ -126,6 +172,20 @@ async def backends(
             await backend.aclose()
 
 
+def _check_woken_not_polling(log: Log) -> None:
+    """Each waiter was granted once, and by its first attempt after a wait if it waited.
+
+    (A waiter may also be granted by the attempt that follows its subscription,
+    when the waiters ahead of it were done by then.)
+    """
+    for waiter in log.waiters():
+        steps = log.of(waiter)
+        assert steps.count("granted") == 1, steps
+        assert steps[-1] == "granted", steps
+        assert "wait" not in steps or steps[steps.index("wait") :] == ["wait", "granted"], steps
+
+
+@pytest.mark.anyio
 async def test_queued_waiters_are_granted_in_arrival_order(
     backends: tuple[Log, Callable[[], QueuedBackend]],
 ) -> None:
@@ -150,13 +210,10 @@ async def test_queued_waiters_are_granted_in_arrival_order(
     async with asyncio.timeout(GUARD):
         await asyncio.gather(*tasks)
     assert order == list(range(6))
-    # Every waiter was granted on its first attempt after its last wait: woken, never polling.
-    for waiter in log.waiters():
-        steps = log.of(waiter)
-        assert steps[-2:] == ["wait", "granted"], steps
-        assert steps.count("granted") == 1
+    _check_woken_not_polling(log)
 
 
+@pytest.mark.anyio
 async def test_a_waiter_joining_listeners_waits_after_a_single_attempt(
     redis_client: aioredis.Redis,
 ) -> None:
@@ -166,9 +223,9 @@ async def test_a_waiter_joining_listeners_waits_after_a_single_attempt(
         lock = headway.Lock(backend, "join", ttl=60, timeout=60)
         held = await lock.acquire()
         first = asyncio.create_task(lock.acquire())
-        await log.until(lambda: len(log.waiters()) == 1 and "wait" in log.of(log.waiters()[0]))
+        await log.until(lambda: log.waited(1))
         second = asyncio.create_task(lock.acquire())
-        await log.until(lambda: len(log.waiters()) == 2 and "wait" in log.of(log.waiters()[1]))
+        await log.until(lambda: log.waited(2))
         a, b = log.waiters()
         # The first subscribes, then tries again: a release between its attempt and
         # the subscription must not be missed. The second finds the channel
@@ -182,3 +239,80 @@ async def test_a_waiter_joining_listeners_waits_after_a_single_attempt(
         assert log.of(a)[-1] == log.of(b)[-1] == "granted"
     finally:
         await backend.aclose()
+
+
+@pytest.fixture
+def sync_backends(
+    sync_redis_client: Any,
+) -> Iterator[tuple[Log, Callable[[bool], headway.SyncRedisLockBackend]]]:
+    log = Log()
+    made: list[headway.SyncRedisLockBackend] = []
+
+    def make(shared: bool) -> headway.SyncRedisLockBackend:
+        if not (made and shared):
+            made.append(LoggedSyncRedis(sync_redis_client, log))
+        return made[-1]
+
+    yield log, make
+    for backend in made:
+        backend.close()
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["one backend", "a backend per waiter"])
+def test_sync_waiters_are_granted_in_arrival_order(
+    sync_backends: tuple[Log, Callable[[bool], headway.SyncRedisLockBackend]], shared: bool
+) -> None:
+    log, make = sync_backends
+    holder = headway.SyncLock(make(shared), "fifo", ttl=60, timeout=60)
+    held = holder.acquire()
+    order: list[int] = []
+
+    def wait_then_hold(i: int) -> None:
+        lock = headway.SyncLock(make(shared), "fifo", ttl=60, timeout=60)
+        lease = lock.acquire()
+        order.append(i)
+        lock.release(lease)
+
+    threads = []
+    try:
+        for i in range(6):
+            threads.append(threading.Thread(target=wait_then_hold, args=(i,), daemon=True))
+            threads[-1].start()
+            log.until_sync(lambda n=i + 1: len(log.waiters()) == n)  # type: ignore[misc]
+        assert order == []
+    finally:
+        holder.release(held)
+    for thread in threads:
+        thread.join(GUARD)
+    assert not any(thread.is_alive() for thread in threads)
+    assert order == list(range(6))
+    _check_woken_not_polling(log)
+
+
+def test_a_sync_waiter_joining_listeners_waits_after_a_single_attempt(
+    sync_backends: tuple[Log, Callable[[bool], headway.SyncRedisLockBackend]],
+) -> None:
+    log, make = sync_backends
+    lock = headway.SyncLock(make(True), "join", ttl=60, timeout=60)
+    held = lock.acquire()
+    leases: list[headway.Lease] = []
+    threads = [
+        threading.Thread(target=lambda: leases.append(lock.acquire()), daemon=True)
+        for _ in range(2)
+    ]
+    try:
+        threads[0].start()
+        log.until_sync(lambda: log.waited(1))
+        threads[1].start()
+        log.until_sync(lambda: log.waited(2))
+    finally:
+        lock.release(held)
+    a, b = log.waiters()
+    assert log.of(a) == ["refused", "refused", "wait"]
+    assert log.of(b) == ["refused", "wait"]
+    log.until_sync(lambda: len(leases) == 1)
+    lock.release(leases[0])
+    threads[0].join(GUARD)
+    threads[1].join(GUARD)
+    lock.release(leases[1])
+    assert log.of(a)[-1] == log.of(b)[-1] == "granted"
