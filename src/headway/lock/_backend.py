@@ -91,6 +91,10 @@ async def complete(aw: Awaitable[T], undo: Callable[[T], Awaitable[object]] | No
             if task.done():
                 raise
             cancelled = True
+        except Exception as exc:
+            if cancelled:  # the caller's cancellation still wins over the request's failure
+                raise asyncio.CancelledError from exc
+            raise
     if cancelled:
         if undo is not None:
             with contextlib.suppress(Exception):
