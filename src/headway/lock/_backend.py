@@ -141,6 +141,10 @@ class QueuedBackend(ABC):
     @abstractmethod
     def _listen(self, resource: str, waiter: str) -> AbstractAsyncContextManager[AsyncWaiter]: ...
 
+    def _listening(self, resource: str) -> bool:
+        """True if wake-ups for ``resource`` already reach us, so ``_listen`` needs no I/O."""
+        return False
+
     async def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
         """Acquire ``resource`` (see ``LockBackend.acquire``)."""
         flow = acquire_flow(resource, ttl, timeout, self.clock)
@@ -156,16 +160,22 @@ class QueuedBackend(ABC):
                 await self._leave(resource, waiter)
 
         wake: AsyncWaiter | None = None
+        # Other tasks already wait here: listening is free, and listening before the
+        # first attempt spares the retry that covers a late subscription.
+        early = bool(waiter) and self._listening(resource)
         async with contextlib.AsyncExitStack() as stack:
             try:
+                if early:
+                    wake = await stack.enter_async_context(self._listen(resource, waiter))
                 while True:
                     if isinstance(step, Try):
                         attempt = await complete(self._try(resource, step), undo)
                         queued = bool(waiter) and not attempt.granted
                         step = flow.send(attempt)
                     elif isinstance(step, Listen):
-                        wake = await stack.enter_async_context(self._listen(resource, waiter))
-                        step = flow.send(None)
+                        if wake is None:
+                            wake = await stack.enter_async_context(self._listen(resource, waiter))
+                        step = flow.send(early)
                     elif isinstance(step, Wait):
                         assert wake is not None
                         await wake.wait(step.seconds)
@@ -220,6 +230,10 @@ class SyncQueuedBackend(ABC):
     @abstractmethod
     def _listen(self, resource: str, waiter: str) -> AbstractContextManager[SyncWaiter]: ...
 
+    def _listening(self, resource: str) -> bool:
+        """True if wake-ups for ``resource`` already reach us, so ``_listen`` needs no I/O."""
+        return False
+
     def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
         """Acquire ``resource`` (see ``LockBackend.acquire``)."""
         flow = acquire_flow(resource, ttl, timeout, self.clock)
@@ -228,16 +242,23 @@ class SyncQueuedBackend(ABC):
         waiter = step.waiter
         queued = False
         wake: SyncWaiter | None = None
+        early = False
         with contextlib.ExitStack() as stack:
             try:
+                if waiter and self._listening(resource):
+                    wake = stack.enter_context(self._listen(resource, waiter))
+                    # Asked again with us registered (another thread may have dropped the
+                    # subscription in between): subscribed now means before our attempt.
+                    early = self._listening(resource)
                 while True:
                     if isinstance(step, Try):
                         attempt = self._try(resource, step)
                         queued = bool(waiter) and not attempt.granted
                         step = flow.send(attempt)
                     elif isinstance(step, Listen):
-                        wake = stack.enter_context(self._listen(resource, waiter))
-                        step = flow.send(None)
+                        if wake is None:
+                            wake = stack.enter_context(self._listen(resource, waiter))
+                        step = flow.send(early)
                     elif isinstance(step, Wait):
                         assert wake is not None
                         wake.wait(step.seconds)

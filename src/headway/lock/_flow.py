@@ -68,7 +68,11 @@ class Try:
 
 @dataclass(frozen=True, slots=True)
 class Listen:
-    """Start listening for wake-ups addressed to ``waiter``; send back None."""
+    """Start listening for wake-ups addressed to ``waiter``.
+
+    Send back True if wake-ups already reached the waiter before the last
+    attempt was sent (none can have been missed), else False.
+    """
 
     waiter: str
 
@@ -96,7 +100,7 @@ def acquire_flow(
     timeout: float,
     clock: Callable[[], float],
     token: str | None = None,
-) -> Generator[Step, Attempt | None, Lease]:
+) -> Generator[Step, Attempt | bool | None, Lease]:
     """Acquire ``resource`` for ``ttl`` seconds, waiting up to ``timeout`` seconds."""
     ttl_ms = check_ttl(ttl)
     timeout = check_timeout(timeout)
@@ -121,9 +125,10 @@ def acquire_flow(
             # Subscribe only once waiting is certain (an uncontended acquire stays one
             # round trip), then try again at once: a release that happened before the
             # subscription took effect cannot leave us waiting for a lost wake-up.
+            # No retry is needed if we were listening before the attempt was sent.
             listening = True
-            yield Listen(waiter)
-            continue
+            if not (yield Listen(waiter)):
+                continue
         hint = attempt.pttl_ms / 1000 if attempt.pttl_ms > 0 else _FREE_RETRY
         # A little jitter keeps waiters whose wake-up was lost from retrying in step.
         yield Wait(min(remaining, hint * random.uniform(1.0, 1.1), WAIT_CAP))

@@ -103,6 +103,8 @@ class _Hold:
         self._lease: Lease | None = None
         self._reason: BaseException | None = None
         self._owner: asyncio.Task[object] | None = None
+        self._started = 0.0
+        self._timer: asyncio.TimerHandle | None = None
         self._watchdog: asyncio.Task[None] | None = None
 
     @property
@@ -114,8 +116,16 @@ class _Hold:
     async def __aenter__(self) -> Lease:
         self._lease = await self._lock.acquire(timeout=self._timeout)
         self._owner = asyncio.current_task()
-        self._watchdog = asyncio.get_running_loop().create_task(self._renew())
+        self._started = self._lock.clock()
+        # The watchdog task starts only when the first renewal is due: a shorter
+        # block costs a timer instead of a task and the event-loop turns it takes.
+        due = min(self._started + self._interval, self._lease.deadline) - self._started
+        self._timer = asyncio.get_running_loop().call_later(max(0.0, due), self._start_watchdog)
         return self._lease
+
+    def _start_watchdog(self) -> None:
+        self._timer = None
+        self._watchdog = asyncio.get_running_loop().create_task(self._renew())
 
     def _lose(self, reason: BaseException) -> None:
         self._reason = reason
@@ -124,7 +134,7 @@ class _Hold:
 
     async def _renew(self) -> None:
         clock, lease = self._lock.clock, self.lease
-        started = clock()
+        started = self._started
         renew_at = started + self._interval
         capped = False  # the last renewal was shortened to end at max_hold
         while True:
@@ -157,9 +167,11 @@ class _Hold:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
-        assert self._watchdog is not None
         assert self._owner is not None
-        self._watchdog.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         lost_by_us = self._reason is not None
         other_cancel = False
         if lost_by_us:
@@ -168,7 +180,8 @@ class _Hold:
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.sleep(0)
             other_cancel = self._owner.uncancel() > 0
-        await asyncio.wait([self._watchdog])
+        if self._watchdog is not None:
+            await asyncio.wait([self._watchdog])
         try:
             await self._lock.release(self.lease)
         except LockNotOwned as err:

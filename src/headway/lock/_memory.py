@@ -110,6 +110,10 @@ class MemoryLockBackend(QueuedBackend):
             self._wake_head(resource, state)
         self._forget_if_idle(resource, state)
 
+    def _listening(self, resource: str) -> bool:
+        # Registering is free here; skip it only when nobody holds or waits.
+        return resource in self._states
+
     @contextlib.asynccontextmanager
     async def _listen(self, resource: str, waiter: str) -> AsyncIterator[_Waiter]:
         event = self._events[resource, waiter] = asyncio.Event()

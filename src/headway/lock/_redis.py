@@ -1,17 +1,16 @@
 """The Redis lock backend (single node or Cluster), async and sync shells.
 
 Both shells build keys and arguments with the same pure helpers and run the
-same scripts; they differ only in how they wait. The async backend shares one
-pub/sub connection among all its waiting tasks; the sync backend opens one per
-waiting call.
+same scripts; they differ only in how they wait. Each backend shares one
+pub/sub connection among all its waiting tasks (async) or threads (sync,
+``_sync_waker``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -25,6 +24,7 @@ from .._keys import tagged
 from .._scripts import Script
 from ._backend import QueuedBackend, SyncQueuedBackend
 from ._flow import Attempt, Try
+from ._sync_waker import SyncWaker
 
 __all__ = ["RedisLockBackend", "SyncRedisLockBackend"]
 
@@ -109,38 +109,60 @@ class _Waker:
         self._reader: asyncio.Task[None] | None = None
         self._channels: dict[str, _Channel] = {}
 
+    def ready(self, channel: str) -> bool:
+        """True if ``channel`` is subscribed already: a new listener then costs no I/O."""
+        state = self._channels.get(channel)
+        return state is not None and state.subscribed.is_set()
+
     @contextlib.asynccontextmanager
     async def listen(self, channel: str, waiter: str) -> AsyncIterator[_EventWaiter]:
         state = self._channels.get(channel)
-        event = asyncio.Event()
+        fresh = state is None
         if state is None:
             state = self._channels[channel] = _Channel()
-            state.waiters[waiter] = event
-            await self._subscribe(channel)
-        else:
-            state.waiters[waiter] = event
+        event = state.waiters[waiter] = asyncio.Event()
         try:
+            if fresh:
+                await self._subscribe(channel, state)
             # A wait is bounded anyway, so a slow confirmation only costs latency.
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._timeout):
-                    await state.subscribed.wait()
+                    if self._channels.get(channel) is state:
+                        await state.subscribed.wait()
             yield _EventWaiter(event)
         finally:
             del state.waiters[waiter]
-            if not state.waiters and self._channels.get(channel) is state:
-                del self._channels[channel]
-                with contextlib.suppress(*UNAVAILABLE):
-                    await self._pubsub.unsubscribe(channel)
+            await self._drop_if_idle(channel, state)
 
-    async def _subscribe(self, channel: str) -> None:
-        if self._pubsub is None:
-            self._pubsub = self._client.pubsub()
+    async def _drop_if_idle(self, channel: str, state: _Channel) -> None:
+        # An unconfirmed subscription is kept until the reader sees its confirmation,
+        # so a later subscription to the channel can never be confirmed by this one's.
+        if (
+            state.waiters
+            or not state.subscribed.is_set()
+            or self._channels.get(channel) is not state
+        ):
+            return
+        del self._channels[channel]
+        with contextlib.suppress(*UNAVAILABLE):
+            await self._pubsub.unsubscribe(channel)
+
+    async def _subscribe(self, channel: str, state: _Channel) -> None:
+        sent = False
         try:
+            if self._pubsub is None:
+                self._pubsub = self._client.pubsub()
             async with asyncio.timeout(self._timeout):
                 await self._pubsub.subscribe(channel)
+            sent = True
         except UNAVAILABLE:
-            return  # waits fall back to their bounds; the next attempt reports the outage
-        if self._reader is None or self._reader.done():
+            pass  # waits are bounded, and the next attempt reports the outage
+        finally:
+            # Not subscribed, or not known to be (cancelled): this state's listeners
+            # wait alone, and the next listener subscribes afresh.
+            if not sent and self._channels.get(channel) is state:
+                del self._channels[channel]
+        if sent and (self._reader is None or self._reader.done()):
             self._reader = asyncio.get_running_loop().create_task(self._read())
 
     async def _read(self) -> None:
@@ -159,17 +181,24 @@ class _Waker:
                     self._reader = None
                     return
                 continue
-            channel = self._channels.get(_text(message["channel"]))
+            name = _text(message["channel"])
+            channel = self._channels.get(name)
             if channel is None:
                 continue
             if message["type"] == "subscribe":
                 channel.subscribed.set()
+                await self._drop_if_idle(name, channel)
             elif message["type"] == "message":
                 woken = channel.waiters.get(_text(message["data"]))
                 if woken is not None:
                     woken.set()
 
     async def aclose(self) -> None:
+        # Tasks still waiting are woken, and leave without touching the connection.
+        for state in self._channels.values():
+            for event in state.waiters.values():
+                event.set()
+        self._channels.clear()
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -231,22 +260,12 @@ class RedisLockBackend(QueuedBackend):
     def _listen(self, resource: str, waiter: str) -> contextlib.AbstractAsyncContextManager[Any]:
         return self._waker.listen(lock_keys(resource).channel, waiter)
 
+    def _listening(self, resource: str) -> bool:
+        return self._waker.ready(lock_keys(resource).channel)
+
     async def aclose(self) -> None:
         """Stop the wake-up listener (the client itself stays the caller's)."""
         await self._waker.aclose()
-
-
-class _PubSubWaiter:
-    def __init__(self, pubsub: Any, waiter: str) -> None:
-        self.pubsub = pubsub
-        self.waiter = waiter
-
-    def wait(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while (left := end - time.monotonic()) > 0:
-            message = self.pubsub.get_message(timeout=left)
-            if message and message["type"] == "message" and _text(message["data"]) == self.waiter:
-                return
 
 
 class SyncRedisLockBackend(SyncQueuedBackend):
@@ -258,6 +277,7 @@ class SyncRedisLockBackend(SyncQueuedBackend):
         super().__init__(clock)
         self.client = client
         self.timeout = timeout
+        self._waker = SyncWaker(client, timeout, UNAVAILABLE)
 
     @classmethod
     def from_url(cls, url: str, *, timeout: float = 2.0, **options: Any) -> SyncRedisLockBackend:
@@ -290,17 +310,12 @@ class SyncRedisLockBackend(SyncQueuedBackend):
         keys, args = [k.owner, k.queue, k.places], [waiter, k.channel]
         self._call(lambda: _LEAVE.run_sync(self.client, keys, args))
 
-    @contextlib.contextmanager
-    def _listen(self, resource: str, waiter: str) -> Iterator[_PubSubWaiter]:
-        pubsub = self.client.pubsub()
-        try:
-            self._call(lambda: pubsub.subscribe(lock_keys(resource).channel))
-            end = time.monotonic() + self.timeout
-            while (left := end - time.monotonic()) > 0:
-                message = self._call(lambda: pubsub.get_message(timeout=left))
-                if message and message["type"] == "subscribe":
-                    break
-            yield _PubSubWaiter(pubsub, waiter)
-        finally:
-            with contextlib.suppress(*UNAVAILABLE):
-                pubsub.close()
+    def _listen(self, resource: str, waiter: str) -> contextlib.AbstractContextManager[Any]:
+        return self._waker.listen(lock_keys(resource).channel, waiter)
+
+    def _listening(self, resource: str) -> bool:
+        return self._waker.ready(lock_keys(resource).channel)
+
+    def close(self) -> None:
+        """Stop the wake-up listener (the client itself stays the caller's)."""
+        self._waker.close()
