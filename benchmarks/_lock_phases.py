@@ -25,6 +25,8 @@ class Config:
     counted: int
     workers: int
     seconds: float
+    #: Seconds each worker spends outside the lock between grants (its own work).
+    think: float = 0.0
 
 
 @dataclass
@@ -174,6 +176,8 @@ def contended_sync(result: Result, url: str, cfg: Config, server: Server) -> Non
                 shared.leave()
             workers[i].release()
             counts[i] += granted < stop
+            if cfg.think:
+                time.sleep(cfg.think)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(cfg.workers)]
     for thread in threads:
@@ -207,6 +211,8 @@ async def contended_async(result: Result, url: str, cfg: Config, server: Server)
             shared.leave()
             await workers[i].release()
             counts[i] += granted < stop
+            if cfg.think:
+                await asyncio.sleep(cfg.think)
 
     await asyncio.gather(*(run(i) for i in range(cfg.workers)))
     await workers[0].aclose()

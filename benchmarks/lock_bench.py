@@ -14,7 +14,10 @@ nobody else's ``SCRIPT FLUSH`` reaches it. For every lock it measures:
 3. contention: 8 workers (tasks for async locks, threads for sync ones) loop
    acquire -> tiny critical section -> release on one key for a fixed time;
    throughput, each worker's share of the grants, and mutual exclusion
-   (a read-yield-write counter and a count of holders inside).
+   (a read-yield-write counter and a count of holders inside). With
+   ``--think MS`` each worker also works MS milliseconds outside the lock
+   between grants, as real workers do; without it a releasing worker comes
+   straight back, which a lock without a queue hands to that same worker.
 
 Rounds interleave the locks (alternating order) so a machine whose load
 drifts skews them alike; latencies pool over rounds, rates take the median.
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import shutil
 import statistics
 import sys
@@ -196,14 +200,19 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one short round (< 30 s)")
     parser.add_argument("--url", help="use this Redis instead of a private redis-server")
     parser.add_argument("--only", default="", help="only the locks whose name contains this")
+    parser.add_argument(
+        "--think", type=float, default=0.0, metavar="MS",
+        help="milliseconds each contending worker works outside the lock between grants",
+    )  # fmt: skip
     args = parser.parse_args()
-    cfg = QUICK if args.quick else FULL
+    cfg = dataclasses.replace(QUICK if args.quick else FULL, think=args.think / 1000)
     began = time.monotonic()
     with redis_url(args.url) as url:
         version = redis.Redis.from_url(url).info("server")["redis_version"]
         results = run(url, cfg, args.url is None, args.only)
     print(f"\nRedis {version}, {cfg.workers} workers, {cfg.rounds} round(s) of "
-          f"{cfg.cycles} cycles and {cfg.seconds:g} s of contention each, "
+          f"{cfg.cycles} cycles and {cfg.seconds:g} s of contention each "
+          f"(think time {cfg.think * 1000:g} ms), "
           f"{time.monotonic() - began:.0f} s in all\n")  # fmt: skip
     print(tables(results, cfg.workers))
     print("\nTargets:\n" + targets(results))
