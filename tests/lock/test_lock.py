@@ -227,13 +227,13 @@ async def test_cancel_during_release_still_releases(backend: LockBackend, yields
 
 
 async def test_hold_renews_past_the_ttl(backend: LockBackend) -> None:
-    lock = Lock(backend, "r", ttl=0.3)
+    lock = Lock(backend, "r", ttl=0.6)
     async with lock.hold(renew_every=0.1) as lease:
-        await asyncio.sleep(0.8)
+        await asyncio.sleep(1.5)  # 2.5 TTLs: only renewals keep it
         with pytest.raises(LockNotAcquired):
             await lock.acquire(timeout=0)
     await lock.release(await lock.acquire(timeout=0))
-    assert lease.ttl == 0.3
+    assert lease.ttl == 0.6
 
 
 async def test_lost_lease_cancels_the_block_and_raises_lock_lost(backend: LockBackend) -> None:

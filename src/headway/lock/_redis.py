@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -27,6 +28,8 @@ from ._flow import Attempt, Try
 from ._sync_waker import SyncWaker
 
 __all__ = ["RedisLockBackend", "SyncRedisLockBackend"]
+
+log = logging.getLogger("headway.lock")
 
 T = TypeVar("T")
 
@@ -108,6 +111,9 @@ class _Waker:
         self._pubsub: Any = None
         self._reader: asyncio.Task[None] | None = None
         self._channels: dict[str, _Channel] = {}
+        # redis-py's pub/sub (the Cluster one above all) is not safe for concurrent
+        # commands while it connects: one SUBSCRIBE or UNSUBSCRIBE at a time.
+        self._commands = asyncio.Lock()
 
     def ready(self, channel: str) -> bool:
         """True if ``channel`` is subscribed already: a new listener then costs no I/O."""
@@ -145,18 +151,23 @@ class _Waker:
             return
         del self._channels[channel]
         with contextlib.suppress(*UNAVAILABLE):
-            await self._pubsub.unsubscribe(channel)
+            async with self._commands:
+                await self._pubsub.unsubscribe(channel)
 
     async def _subscribe(self, channel: str, state: _Channel) -> None:
         sent = False
         try:
             if self._pubsub is None:
                 self._pubsub = self._client.pubsub()
-            async with asyncio.timeout(self._timeout):
+            async with asyncio.timeout(self._timeout), self._commands:
                 await self._pubsub.subscribe(channel)
             sent = True
         except UNAVAILABLE:
             pass  # waits are bounded, and the next attempt reports the outage
+        except Exception:
+            # Wake-ups are an optimisation over bounded waits: a client bug must not
+            # fail the acquire, so its listeners wait out their bounds instead.
+            log.exception("subscribing to %s failed; waiting without wake-ups", channel)
         finally:
             # Not subscribed, or not known to be (cancelled): this state's listeners
             # wait alone, and the next listener subscribes afresh.
