@@ -35,8 +35,8 @@ records = sa.Table(
     "headway_idempotency_records",
     metadata,
     # Hash of the caller's credentials (or what the scope function returns).
-    sa.Column("scope", sa.String(64), primary_key=True),
-    sa.Column("key", sa.String(255), primary_key=True),
+    sa.Column("scope", sa.String(64), nullable=False),
+    sa.Column("key", sa.String(255), nullable=False),
     # sha256 hex of method, path, query, content type and body.
     sa.Column("fingerprint", sa.String(64), nullable=False),
     sa.Column("status", sa.String(10), nullable=False),
@@ -50,6 +50,7 @@ records = sa.Table(
     sa.Column("response_body", _Body, nullable=True),
     sa.Column("created_at", _Timestamp, nullable=False),
     sa.Column("expires_at", _Timestamp, nullable=False),
+    sa.PrimaryKeyConstraint("scope", "key", name="pk_headway_idempotency_records"),
     sa.CheckConstraint("status IN ('PROCESSING', 'COMPLETED')", name="ck_headway_idem_status"),
     sa.Index("ix_headway_idempotency_records_expires_at", "expires_at"),
 )
