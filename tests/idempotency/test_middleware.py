@@ -35,9 +35,9 @@ def connect(app: Any) -> httpx.AsyncClient:
 
 
 def pay(client: httpx.AsyncClient, key: str | bytes | None, amount: int = 10) -> Any:
-    head: dict[str, str | bytes] = {**A}
+    head = {k.encode(): v.encode() for k, v in A.items()}
     if key is not None:
-        head["idempotency-key"] = key
+        head[b"idempotency-key"] = key if isinstance(key, bytes) else key.encode()
     return client.post("/payments", json={"amount": amount}, headers=head)
 
 
