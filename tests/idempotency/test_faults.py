@@ -39,6 +39,27 @@ async def test_redis_down_fails_closed(store: RecordStore, redis_url: str) -> No
 
 
 @pytest.mark.redis
+async def test_redis_down_falls_back_to_the_database(store: RecordStore) -> None:
+    bank = Bank()
+    redis = aioredis.Redis.from_url("redis://127.0.0.1:1")
+    dead = RedisLockBackend(redis, timeout=0.5)
+    app = make_app(bank, store=store, lock_backend=dead, database_fallback=True)
+    async with connect(app) as client:
+        bank.proceed.clear()
+        first = asyncio.ensure_future(pay(client, "k"))
+        await bank.entered.wait()
+        duplicate = await pay(client, "k")  # excluded by the PROCESSING row
+        bank.proceed.set()
+        done = await first
+        replay = await pay(client, "k")
+    await redis.aclose()
+    assert duplicate.status_code == 409
+    assert done.status_code == replay.status_code == 201
+    assert replay.headers["idempotent-replayed"] == "true"
+    assert len(bank.charges) == 1
+
+
+@pytest.mark.redis
 async def test_lost_lease_cancels_the_handler_and_stores_nothing(
     store: RecordStore, redis_client: aioredis.Redis
 ) -> None:

@@ -5,7 +5,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from headway import BackendUnavailable
-from headway.idempotency import ClaimOutcome, RecordStore, Status, StoredResponse, records
+from headway.idempotency import Claim, ClaimOutcome, RecordStore, Status, StoredResponse, records
 from headway.idempotency._table import db_now
 
 pytestmark = pytest.mark.anyio
@@ -13,10 +13,18 @@ pytestmark = pytest.mark.anyio
 RESPONSE = StoredResponse(201, (("content-type", "application/json"),), b'{"id": 1}')
 
 
-async def claim(store: RecordStore, fence: int, fingerprint: str = "f" * 64, key: str = "k"):  # type: ignore[no-untyped-def]
+async def claim(
+    store: RecordStore, fence: int | None, fingerprint: str = "f" * 64, key: str = "k"
+) -> Claim:
     return await store.claim(
         "caller", key, fingerprint, fence=fence, lease_token=f"t{fence}", lease_ttl=30
     )
+
+
+async def end_lease(store: RecordStore) -> None:
+    """As if the worker holding the record stopped renewing it (died, or was paused)."""
+    async with store.engine.begin() as conn:
+        await conn.execute(records.update().values(lease_expires_at=db_now(-1)))
 
 
 async def test_claim_complete_get(store: RecordStore) -> None:
@@ -43,8 +51,12 @@ async def test_completed_record_is_returned_not_taken_over(store: RecordStore) -
 
 async def test_stale_fence_cannot_complete_after_takeover(store: RecordStore) -> None:
     await claim(store, 5)
-    assert (await claim(store, 4)).outcome is ClaimOutcome.BUSY  # older lease: no takeover
+    assert (await claim(store, 7)).outcome is ClaimOutcome.BUSY  # its lease is still renewed
+    assert await store.renew("caller", "k", 5, 30)
+    await end_lease(store)
+    assert (await claim(store, 4)).outcome is ClaimOutcome.BUSY  # older token: no takeover
     assert (await claim(store, 7)).outcome is ClaimOutcome.CLAIMED  # newer lease takes over
+    assert not await store.renew("caller", "k", 5, 30)
     assert not await store.complete("caller", "k", 5, RESPONSE)  # the paused worker
     assert not await store.release("caller", "k", 5)
     record = await store.get("caller", "k")
@@ -100,3 +112,18 @@ async def test_database_down_raises_backend_unavailable() -> None:
         await store.get("caller", "k")
     assert caught.value.backend == "database"
     await engine.dispose()
+
+
+async def test_database_only_claims_pick_their_own_tokens(store: RecordStore) -> None:
+    first = await claim(store, None)
+    assert first.outcome is ClaimOutcome.CLAIMED
+    assert first.fence is not None
+    assert 0 < first.fence <= 1 << 40
+    assert (await claim(store, None)).outcome is ClaimOutcome.BUSY  # the primary key excludes
+    await end_lease(store)
+    second = await claim(store, None)
+    assert (second.outcome, second.fence) == (ClaimOutcome.CLAIMED, first.fence + 1)
+    assert not await store.complete("caller", "k", first.fence, RESPONSE)
+    await end_lease(store)
+    locked = await claim(store, 10**15)  # a lock holder takes over a lapsed database lease
+    assert (locked.outcome, locked.fence) == (ClaimOutcome.CLAIMED, 10**15)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Collection
 from typing import Any
 
 from .._errors import BackendUnavailable, LockLost, LockNotAcquired
 from .._http import ASGIApp, Receive, Scope, Send, header_values, send_problem, send_response
-from ..lock import Lock, LockBackend, MemoryLockBackend
+from ..lock import Lease, Lock, LockBackend, MemoryLockBackend
+from ..lock._lease import new_token
 from ._capture import Capture, read_body, replaying
+from ._lease import RecordLease
 from ._request import (
     InvalidKey,
     ScopeFunction,
@@ -50,7 +53,9 @@ class IdempotencyMiddleware:
     never run twice). 5xx responses are not stored unless
     ``store_server_errors``: the record is released so a retry runs again.
     When the database or the lock backend is down the answer is 503 with
-    ``Retry-After`` and nothing is recorded.
+    ``Retry-After`` and nothing is recorded; with ``database_fallback`` a lock
+    backend outage is survived by excluding on the record's primary key and
+    its database lease alone.
     """
 
     def __init__(
@@ -67,6 +72,7 @@ class IdempotencyMiddleware:
         max_body: int = 1 << 20,
         store_server_errors: bool = False,
         retry_after: int = 1,
+        database_fallback: bool = False,
     ) -> None:
         self.app = app
         self.store = store or RecordStore.from_url("sqlite+aiosqlite:///headway.sqlite3")
@@ -79,6 +85,7 @@ class IdempotencyMiddleware:
         self.max_body = max_body
         self.store_server_errors = store_server_errors
         self.retry_after = str(retry_after).encode()
+        self.database_fallback = database_fallback
         Lock(self.lock_backend, "check", ttl=lease_ttl, timeout=wait)  # validates both
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -130,19 +137,15 @@ class IdempotencyMiddleware:
             timeout=self.wait,
         )
         try:
-            async with lock.hold() as lease:
-                claim = await self.store.claim(
-                    request.caller,
-                    request.key,
-                    request.fingerprint,
-                    fence=lease.fence,
-                    lease_token=lease.token,
-                    lease_ttl=self.lease_ttl,
-                )
-                if claim.outcome is ClaimOutcome.CLAIMED:
-                    await self._run(request, lease.fence, scope, receive, send)
-                    return
-                if claim.record is not None and await self._answer(claim.record, request, send):
+            try:
+                async with lock.hold() as lease:
+                    if await self._claim_and_run(request, lease, scope, receive, send):
+                        return
+            except BackendUnavailable as exc:
+                if exc.backend == "database" or not self.database_fallback or request.claimed:
+                    raise
+                log.warning("lock backend down, excluding by the database alone: %s", exc)
+                if await self._claim_and_run(request, None, scope, receive, send):
                     return
         except LockNotAcquired:
             if self.wait > 0:
@@ -165,6 +168,28 @@ class IdempotencyMiddleware:
             "A request with this Idempotency-Key is still being processed. Retry later.",
             headers=[(b"retry-after", self.retry_after)],
         )  # fmt: skip
+
+    async def _claim_and_run(
+        self, request: _Request, lease: Lease | None, scope: Scope, receive: Receive, send: Send
+    ) -> bool:
+        """Claim the record and run the app; False if someone else holds it."""
+        request.claimed = True
+        sent = time.monotonic()
+        claim = await self.store.claim(
+            request.caller,
+            request.key,
+            request.fingerprint,
+            fence=None if lease is None else lease.fence,
+            lease_token=new_token() if lease is None else lease.token,
+            lease_ttl=self.lease_ttl,
+        )
+        if claim.outcome is ClaimOutcome.CLAIMED:
+            assert claim.fence is not None
+            backend = RecordLease(self.store, request.caller, request.key, claim.fence, sent)
+            async with Lock(backend, f"record/{claim.fence}", ttl=self.lease_ttl).hold():
+                await self._run(request, claim.fence, scope, receive, send)
+            return True
+        return claim.record is not None and await self._answer(claim.record, request, send)
 
     async def _answer(self, record: Record, request: _Request, send: Send) -> bool:
         """Answer from an existing record: 422, a replay or 410; False if still in flight."""
@@ -214,13 +239,14 @@ class IdempotencyMiddleware:
 
 
 class _Request:
-    __slots__ = ("caller", "capture", "fingerprint", "key")
+    __slots__ = ("caller", "capture", "claimed", "fingerprint", "key")
 
     def __init__(self, caller: str, key: str, fingerprint: str) -> None:
         self.caller = caller
         self.key = key
         self.fingerprint = fingerprint
         self.capture: Capture | None = None
+        self.claimed = False
 
     @property
     def started(self) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -71,6 +72,8 @@ class Claim:
 
     outcome: ClaimOutcome
     record: Record | None = None
+    #: On CLAIMED: the fencing token the record now carries (the caller's, or the store's pick).
+    fence: int | None = None
 
 
 def _record(row: sa.Row[Any]) -> Record:
@@ -163,21 +166,23 @@ class RecordStore:
         key: str,
         fingerprint: str,
         *,
-        fence: int,
+        fence: int | None,
         lease_token: str,
         lease_ttl: float,
     ) -> Claim:
-        """Insert the record as PROCESSING with ``fence``, or take it over.
+        """Insert the record as PROCESSING with ``fence`` and a lease, or take it over.
 
-        Call it holding the lease whose fencing token is ``fence``. An expired
-        record is replaced; a PROCESSING record with an older fence (its worker
-        died or stalled past its lease) is taken over; a COMPLETED one is
-        returned for replay. The record's fingerprint must match, else MISMATCH.
+        ``fence`` is the fencing token of the lock lease the caller holds, or
+        None when the database alone provides exclusion (the primary key does;
+        the store then picks the token). The record's lease lasts ``lease_ttl``
+        seconds on the database clock; keep it alive with ``renew``. An expired
+        record is replaced; a PROCESSING record whose lease ran out (its worker
+        died or stalled) is taken over with a newer token; a COMPLETED one is
+        returned for replay. A different fingerprint gives MISMATCH.
         """
         values = {
             "fingerprint": fingerprint,
             "status": Status.PROCESSING.value,
-            "fence": fence,
             "lease_token": lease_token,
             "lease_expires_at": db_now(lease_ttl),
             "response_status": None,
@@ -188,13 +193,20 @@ class RecordStore:
         }
 
         async def op(conn: AsyncConnection) -> Claim:
+            first = _first_fence() if fence is None else fence
             inserted = await conn.execute(
-                _insert_ignore(conn).values(scope=scope, key=key, **values)
+                _insert_ignore(conn).values(scope=scope, key=key, fence=first, **values)
             )
             if inserted.rowcount == 1:
-                return Claim(ClaimOutcome.CLAIMED)
-            expired = (records.c.expires_at <= db_now()).label("expired")
-            query = sa.select(records, expired).where(_where(scope, key))
+                return Claim(ClaimOutcome.CLAIMED, fence=first)
+            now = db_now()
+            query = sa.select(
+                records,
+                (records.c.expires_at <= now).label("expired"),
+                sa.or_(
+                    records.c.lease_expires_at.is_(None), records.c.lease_expires_at <= now
+                ).label("lease_over"),
+            ).where(_where(scope, key))
             row = (await conn.execute(query)).first()
             if row is None:
                 return Claim(ClaimOutcome.BUSY)  # purged meanwhile: the caller may retry
@@ -204,8 +216,9 @@ class RecordStore:
                     return Claim(ClaimOutcome.MISMATCH, current)
                 if current.status is Status.COMPLETED:
                     return Claim(ClaimOutcome.COMPLETED, current)
-                if current.fence >= fence:
+                if not row.lease_over or (fence is not None and fence <= current.fence):
                     return Claim(ClaimOutcome.BUSY, current)
+            mine = current.fence + 1 if fence is None else fence
             # Take over: only if the row is still exactly what we decided on.
             taken = await conn.execute(
                 records.update()
@@ -214,9 +227,31 @@ class RecordStore:
                     records.c.fence == current.fence,
                     records.c.status == current.status.value,
                 )
-                .values(**values)
+                .values(fence=mine, **values)
             )
-            return Claim(ClaimOutcome.CLAIMED if taken.rowcount == 1 else ClaimOutcome.BUSY)
+            if taken.rowcount == 1:
+                return Claim(ClaimOutcome.CLAIMED, fence=mine)
+            return Claim(ClaimOutcome.BUSY)
+
+        return await self._run(op)
+
+    async def renew(self, scope: str, key: str, fence: int, lease_ttl: float) -> bool:
+        """Extend our PROCESSING record's lease to ``lease_ttl`` s from now (database clock).
+
+        False if the record is no longer ours (taken over, released or completed).
+        """
+        update = (
+            records.update()
+            .where(
+                _where(scope, key),
+                records.c.fence == fence,
+                records.c.status == Status.PROCESSING.value,
+            )
+            .values(lease_expires_at=db_now(lease_ttl))
+        )
+
+        async def op(conn: AsyncConnection) -> bool:
+            return (await conn.execute(update)).rowcount == 1
 
         return await self._run(op)
 
@@ -289,6 +324,16 @@ class RecordStore:
     async def aclose(self) -> None:
         """Dispose of the engine's connections."""
         await self.engine.dispose()
+
+
+def _first_fence() -> int:
+    """A fencing token for a record claimed without a lock lease.
+
+    Random (so a stale worker's token never matches a later claim's) and below
+    2**40, far under the lock's tokens (floored by the clock in microseconds, about
+    1.7e15), so a lock holder can always take such a record over once its lease ends.
+    """
+    return secrets.randbelow(1 << 40) + 1
 
 
 def _insert_ignore(conn: AsyncConnection) -> Any:
