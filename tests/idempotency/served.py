@@ -21,7 +21,11 @@ EFFECTS = os.environ["HEADWAY_TEST_EFFECTS"]
 
 async def pay(request: Request) -> Response:
     payload = await request.json()
-    await asyncio.sleep(0.3)  # long enough for the duplicates to arrive while in flight
+    with open(EFFECTS + ".entered", "a") as entered:
+        entered.write(f"{os.getpid()}\n")
+    # Long enough for duplicates to arrive in flight; outside the fingerprint, so a
+    # retry can ask for a different pause than the request it retries.
+    await asyncio.sleep(float(request.headers.get("x-sleep", "0.3")))
     charge = {"id": uuid.uuid4().hex, "pid": os.getpid(), **payload}
     with open(EFFECTS, "a") as effects:
         effects.write(f"{charge['id']}\n")
@@ -35,6 +39,7 @@ app = Starlette(
             IdempotencyMiddleware,
             store=RecordStore.from_url(os.environ["HEADWAY_TEST_DATABASE_URL"]),
             lock_backend=RedisLockBackend(Redis.from_url(os.environ["HEADWAY_TEST_REDIS_URL"])),
+            lease_ttl=float(os.environ.get("HEADWAY_TEST_LEASE", "30")),
         )
     ],
 )

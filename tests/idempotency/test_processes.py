@@ -2,6 +2,7 @@
 
 import asyncio
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from headway.idempotency import metadata, records
@@ -27,7 +29,14 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def servers(postgres_url: str, redis_url: str, tmp_path: Path) -> Iterator[tuple[list[int], Path]]:
+def lease() -> float:
+    return 30.0
+
+
+@pytest.fixture
+def servers(
+    postgres_url: str, redis_url: str, tmp_path: Path, lease: float
+) -> Iterator[tuple[list[int], Path, list[subprocess.Popen[bytes]]]]:
     effects = tmp_path / "effects.log"
     effects.touch()
     env = {
@@ -35,6 +44,7 @@ def servers(postgres_url: str, redis_url: str, tmp_path: Path) -> Iterator[tuple
         "HEADWAY_TEST_EFFECTS": str(effects),
         "HEADWAY_TEST_DATABASE_URL": postgres_url,
         "HEADWAY_TEST_REDIS_URL": redis_url,
+        "HEADWAY_TEST_LEASE": str(lease),
     }
     ports = [free_port(), free_port()]
     procs = [
@@ -65,29 +75,54 @@ def servers(postgres_url: str, redis_url: str, tmp_path: Path) -> Iterator[tuple
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.05)  # waiting for a process to listen: no event to wait on
-        yield ports, effects
+        yield ports, effects, procs
     finally:
         for proc in procs:
-            proc.terminate()
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGCONT)
+                proc.terminate()
         for proc in procs:
             proc.wait(10)
 
 
-async def test_one_key_200_requests_two_processes(
-    servers: tuple[list[int], Path], postgres_url: str, redis_client: object
-) -> None:
-    ports, effects = servers
-    engine = create_async_engine(postgres_url)
+Servers = tuple[list[int], Path, list["subprocess.Popen[bytes]"]]
+HEADERS = {"idempotency-key": '"charge-once"', "authorization": "Bearer same-caller"}
+
+
+async def empty_table(url: str) -> None:
+    engine = create_async_engine(url)
     async with engine.begin() as conn:
         await conn.run_sync(metadata.create_all)
         await conn.execute(records.delete())
     await engine.dispose()
+
+
+async def stored(url: str) -> list[tuple[str, bytes | None]]:
+    engine = create_async_engine(url)
+    async with engine.connect() as conn:
+        query = sa.select(records.c.status, records.c.response_body)
+        rows = [(s, b) for s, b in (await conn.execute(query)).all()]
+    await engine.dispose()
+    return rows
+
+
+async def entered(effects: Path, count: int) -> None:
+    path = Path(f"{effects}.entered")
+    while not path.exists() or len(path.read_text().splitlines()) < count:
+        await asyncio.sleep(0.02)  # another process's progress: polled, bounded by the test
+
+
+async def test_one_key_200_requests_two_processes(
+    servers: Servers, postgres_url: str, redis_client: object
+) -> None:
+    ports, effects, _ = servers
+    await empty_table(postgres_url)
     limits = httpx.Limits(max_connections=200)
     clients = [
         httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", limits=limits, timeout=30)
         for port in ports
     ]
-    headers = {"idempotency-key": '"charge-once"', "authorization": "Bearer same-caller"}
+    headers = HEADERS
     try:
         responses = await asyncio.gather(
             *(
@@ -108,3 +143,62 @@ async def test_one_key_200_requests_two_processes(
     assert sum("idempotent-replayed" not in r.headers for r in created) == 1
     assert replay.content == created[0].content
     assert replay.headers["idempotent-replayed"] == "true"
+
+
+@pytest.mark.parametrize("lease", [1.0])
+async def test_killed_worker_retry_runs_once_after_the_lease(
+    servers: Servers, postgres_url: str, redis_client: object
+) -> None:
+    (a, b), effects, (worker_a, _) = servers
+    await empty_table(postgres_url)
+    async with httpx.AsyncClient(timeout=30) as client:
+        doomed = asyncio.ensure_future(
+            client.post(f"http://127.0.0.1:{a}/payments", json={"amount": 1},
+                        headers={**HEADERS, "x-sleep": "30"})
+        )  # fmt: skip
+        await asyncio.wait_for(entered(effects, 1), 20)
+        worker_a.kill()
+        worker_a.wait(10)
+        with pytest.raises(httpx.HTTPError):
+            await doomed
+        url = f"http://127.0.0.1:{b}/payments"
+        early = await client.post(url, json={"amount": 1}, headers=HEADERS)
+        await asyncio.sleep(1.5)  # past the 1 s lease of the dead worker
+        retry = await client.post(url, json={"amount": 1}, headers=HEADERS)
+        replay = await client.post(url, json={"amount": 1}, headers=HEADERS)
+    assert early.status_code == 409  # its lease is still running
+    assert retry.status_code == 201
+    assert "idempotent-replayed" not in retry.headers
+    assert replay.content == retry.content
+    assert len(effects.read_text().splitlines()) == 1
+    assert await stored(postgres_url) == [("COMPLETED", retry.content)]
+
+
+@pytest.mark.parametrize("lease", [1.0])
+async def test_paused_worker_completion_is_rejected(
+    servers: Servers, postgres_url: str, redis_client: object
+) -> None:
+    (a, b), effects, (worker_a, _) = servers
+    await empty_table(postgres_url)
+    async with httpx.AsyncClient(timeout=30) as client:
+        paused = asyncio.ensure_future(
+            client.post(f"http://127.0.0.1:{a}/payments", json={"amount": 1},
+                        headers={**HEADERS, "x-sleep": "0.5"})
+        )  # fmt: skip
+        await asyncio.wait_for(entered(effects, 1), 20)
+        os.kill(worker_a.pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(1.5)  # past its 1 s lease
+            url = f"http://127.0.0.1:{b}/payments"
+            retry = await client.post(url, json={"amount": 1}, headers=HEADERS)
+        finally:
+            os.kill(worker_a.pid, signal.SIGCONT)
+        try:
+            late = (await paused).status_code
+        except httpx.HTTPError:
+            late = None  # the response was cut: its completion was refused
+        replay = await client.post(url, json={"amount": 1}, headers=HEADERS)
+    assert retry.status_code == 201
+    assert late != 201  # never a finished response whose record was not stored
+    assert replay.content == retry.content
+    assert await stored(postgres_url) == [("COMPLETED", retry.content)]
