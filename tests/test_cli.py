@@ -30,3 +30,12 @@ def test_console_script_runs() -> None:
     )
     assert done.returncode == 0
     assert done.stdout.startswith("headway ")
+
+
+def test_demo_idempotency_scene(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "idempotency"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"retry \(same key\) +-> 201 .*Idempotent-Replayed: true", out)
+    assert re.search(r"duplicate while in flight +-> 409 \S+/idempotency-key-in-use", out)
+    assert re.search(r"same key, new body +-> 422 \S+/idempotency-key-reused", out)
+    assert "charged 2 times for 5 requests" in out

@@ -8,6 +8,7 @@ def test_all_is_pinned() -> None:
         "FakeClock",
         "FixedWindow",
         "HeadwayError",
+        "IdempotencyMiddleware",
         "LeakyBucket",
         "Lease",
         "Lock",
@@ -24,6 +25,7 @@ def test_all_is_pinned() -> None:
         "PostgresLockBackend",
         "RateLimitBackend",
         "RateLimiter",
+        "RecordStore",
         "RedisLockBackend",
         "RedisRateLimitBackend",
         "RedlockBackend",
@@ -41,6 +43,7 @@ def test_all_is_pinned() -> None:
         "fenced_update",
         "fenced_update_statement",
         "fenced_update_sync",
+        "idempotent",
     ]
 
 

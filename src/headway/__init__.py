@@ -11,6 +11,7 @@ from ._errors import (
     LockNotAcquired,
     LockNotOwned,
 )
+from .idempotency import IdempotencyMiddleware, RecordStore, idempotent
 from .lock import (
     Lease,
     Lock,
@@ -54,6 +55,7 @@ __all__ = [
     "FakeClock",
     "FixedWindow",
     "HeadwayError",
+    "IdempotencyMiddleware",
     "LeakyBucket",
     "Lease",
     "Lock",
@@ -70,6 +72,7 @@ __all__ = [
     "PostgresLockBackend",
     "RateLimitBackend",
     "RateLimiter",
+    "RecordStore",
     "RedisLockBackend",
     "RedisRateLimitBackend",
     "RedlockBackend",
@@ -87,4 +90,5 @@ __all__ = [
     "fenced_update",
     "fenced_update_statement",
     "fenced_update_sync",
+    "idempotent",
 ]

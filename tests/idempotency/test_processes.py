@@ -1,0 +1,204 @@
+"""Two uvicorn server processes share PostgreSQL and Redis: one key, one side effect."""
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from headway.idempotency import metadata, records
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def lease() -> float:
+    return 30.0
+
+
+@pytest.fixture
+def servers(
+    postgres_url: str, redis_url: str, tmp_path: Path, lease: float
+) -> Iterator[tuple[list[int], Path, list[subprocess.Popen[bytes]]]]:
+    effects = tmp_path / "effects.log"
+    effects.touch()
+    env = {
+        **os.environ,
+        "HEADWAY_TEST_EFFECTS": str(effects),
+        "HEADWAY_TEST_DATABASE_URL": postgres_url,
+        "HEADWAY_TEST_REDIS_URL": redis_url,
+        "HEADWAY_TEST_LEASE": str(lease),
+    }
+    ports = [free_port(), free_port()]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "tests.idempotency.served:app",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            env=env,
+        )
+        for port in ports
+    ]
+    try:
+        deadline = time.monotonic() + 30
+        for port in ports:
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), 0.2).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)  # waiting for a process to listen: no event to wait on
+        yield ports, effects, procs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGCONT)
+                proc.terminate()
+        for proc in procs:
+            proc.wait(10)
+
+
+Servers = tuple[list[int], Path, list["subprocess.Popen[bytes]"]]
+HEADERS = {"idempotency-key": '"charge-once"', "authorization": "Bearer same-caller"}
+
+
+async def empty_table(url: str) -> None:
+    engine = create_async_engine(url)
+    async with engine.begin() as conn:
+        await conn.run_sync(metadata.create_all)
+        await conn.execute(records.delete())
+    await engine.dispose()
+
+
+async def stored(url: str) -> list[tuple[str, bytes | None]]:
+    engine = create_async_engine(url)
+    async with engine.connect() as conn:
+        query = sa.select(records.c.status, records.c.response_body)
+        rows = [(s, b) for s, b in (await conn.execute(query)).all()]
+    await engine.dispose()
+    return rows
+
+
+async def entered(effects: Path, count: int) -> None:
+    path = Path(f"{effects}.entered")
+    while not path.exists() or len(path.read_text().splitlines()) < count:
+        await asyncio.sleep(0.02)  # another process's progress: polled, bounded by the test
+
+
+async def test_one_key_200_requests_two_processes(
+    servers: Servers, postgres_url: str, redis_client: object
+) -> None:
+    ports, effects, _ = servers
+    await empty_table(postgres_url)
+    limits = httpx.Limits(max_connections=200)
+    clients = [
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", limits=limits, timeout=30)
+        for port in ports
+    ]
+    headers = HEADERS
+    try:
+        responses = await asyncio.gather(
+            *(
+                clients[i % 2].post("/payments", json={"amount": 42}, headers=headers)
+                for i in range(200)
+            )
+        )
+        replay = await clients[1].post("/payments", json={"amount": 42}, headers=headers)
+    finally:
+        for client in clients:
+            await client.aclose()
+    assert len(effects.read_text().splitlines()) == 1  # the side effect happened once
+    created = [r for r in responses if r.status_code == 201]
+    statuses = {r.status_code for r in responses}
+    assert statuses <= {201, 409}
+    assert created
+    assert len({r.content for r in created}) == 1  # the original and identical replays
+    assert sum("idempotent-replayed" not in r.headers for r in created) == 1
+    assert replay.content == created[0].content
+    assert replay.headers["idempotent-replayed"] == "true"
+
+
+@pytest.mark.parametrize("lease", [1.0])
+async def test_killed_worker_retry_runs_once_after_the_lease(
+    servers: Servers, postgres_url: str, redis_client: object
+) -> None:
+    (a, b), effects, (worker_a, _) = servers
+    await empty_table(postgres_url)
+    async with httpx.AsyncClient(timeout=30) as client:
+        doomed = asyncio.ensure_future(
+            client.post(f"http://127.0.0.1:{a}/payments", json={"amount": 1},
+                        headers={**HEADERS, "x-sleep": "30"})
+        )  # fmt: skip
+        await asyncio.wait_for(entered(effects, 1), 20)
+        worker_a.kill()
+        worker_a.wait(10)
+        with pytest.raises(httpx.HTTPError):
+            await doomed
+        url = f"http://127.0.0.1:{b}/payments"
+        early = await client.post(url, json={"amount": 1}, headers=HEADERS)
+        await asyncio.sleep(1.5)  # past the 1 s lease of the dead worker
+        retry = await client.post(url, json={"amount": 1}, headers=HEADERS)
+        replay = await client.post(url, json={"amount": 1}, headers=HEADERS)
+    assert early.status_code == 409  # its lease is still running
+    assert retry.status_code == 201
+    assert "idempotent-replayed" not in retry.headers
+    assert replay.content == retry.content
+    assert len(effects.read_text().splitlines()) == 1
+    assert await stored(postgres_url) == [("COMPLETED", retry.content)]
+
+
+@pytest.mark.parametrize("lease", [1.0])
+async def test_paused_worker_completion_is_rejected(
+    servers: Servers, postgres_url: str, redis_client: object
+) -> None:
+    (a, b), effects, (worker_a, _) = servers
+    await empty_table(postgres_url)
+    async with httpx.AsyncClient(timeout=30) as client:
+        paused = asyncio.ensure_future(
+            client.post(f"http://127.0.0.1:{a}/payments", json={"amount": 1},
+                        headers={**HEADERS, "x-sleep": "0.5"})
+        )  # fmt: skip
+        await asyncio.wait_for(entered(effects, 1), 20)
+        os.kill(worker_a.pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(1.5)  # past its 1 s lease
+            url = f"http://127.0.0.1:{b}/payments"
+            retry = await client.post(url, json={"amount": 1}, headers=HEADERS)
+        finally:
+            os.kill(worker_a.pid, signal.SIGCONT)
+        try:
+            late = (await paused).status_code
+        except httpx.HTTPError:
+            late = None  # the response was cut: its completion was refused
+        replay = await client.post(url, json={"amount": 1}, headers=HEADERS)
+    assert retry.status_code == 201
+    assert late != 201  # never a finished response whose record was not stored
+    assert replay.content == retry.content
+    assert await stored(postgres_url) == [("COMPLETED", retry.content)]
