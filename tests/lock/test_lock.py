@@ -11,6 +11,8 @@ import pytest
 
 from headway import Lease, Lock, LockBackend, LockLost, LockNotAcquired, LockNotOwned
 from headway.lock import _flow
+from headway.lock._flow import Try
+from headway.lock._lease import new_token
 
 pytestmark = pytest.mark.anyio
 
@@ -46,6 +48,17 @@ async def test_every_acquire_gets_its_own_lease(backend: LockBackend) -> None:
     with pytest.raises(LockNotAcquired):
         await lock.acquire(timeout=0)
     await lock.release(second)
+
+
+async def test_a_retried_attempt_gets_the_same_grant(backend: LockBackend) -> None:
+    # redis-py retries a command whose reply was lost: the script runs twice.
+    step = Try(new_token(), 5000, "", 2000)
+    first = await backend._try("r", step)  # type: ignore[attr-defined]
+    again = await backend._try("r", step)  # type: ignore[attr-defined]
+    assert first.granted
+    assert again == first
+    other = await backend._try("r", Try(new_token(), 5000, "", 2000))  # type: ignore[attr-defined]
+    assert not other.granted
 
 
 async def test_expired_lease_cannot_release_or_extend_the_next_holder(

@@ -21,7 +21,7 @@ from headway import (
     SyncLock,
     SyncRedisLockBackend,
 )
-from headway.lock._redis import lock_keys
+from headway.lock._redis import _RELEASE, lock_keys, release_call
 from tests.servers import RedisServers, free_port
 
 pytestmark = pytest.mark.anyio
@@ -97,6 +97,29 @@ async def test_noscript_after_script_flush_is_recovered(
     await lock.release(lease)
     await redis_client.script_flush()
     await lock.release(await lock.acquire())
+
+
+async def test_a_retried_release_is_not_reported_as_lost(
+    backend: RedisLockBackend, redis_client: aioredis.Redis
+) -> None:
+    # redis-py retries a command whose reply was lost: the release script runs twice,
+    # the second time possibly after another holder took the lock.
+    lock = Lock(backend, "r", ttl=5)
+    lease = await lock.acquire()
+    keys, args = release_call("r", lease.token)
+    assert await _RELEASE.run(redis_client, keys, args) == 1
+    successor = await lock.acquire(timeout=0)
+    assert await _RELEASE.run(redis_client, keys, args) == 1  # the retry: still "released"
+    with pytest.raises(LockNotAcquired):  # ... and the successor was not touched
+        await lock.acquire(timeout=0)
+    with pytest.raises(LockNotOwned):  # a second release *call* is still refused
+        await lock.release(lease)
+    await lock.release(successor)
+    # A lease that lapsed without being released is still reported.
+    stale = await lock.acquire(ttl=0.05)
+    await asyncio.sleep(0.15)
+    with pytest.raises(LockNotOwned):
+        await lock.release(stale)
 
 
 async def test_fence_survives_lost_counter(

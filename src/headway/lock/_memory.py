@@ -24,6 +24,7 @@ __all__ = ["MemoryLockBackend"]
 class _State:
     owner: str | None = None
     expires: float = 0.0
+    fence: int = 0
     # waiter id -> time until which its place is kept; dicts keep arrival order.
     queue: dict[str, float] = field(default_factory=dict)
 
@@ -71,12 +72,15 @@ class MemoryLockBackend(QueuedBackend):
     async def _try(self, resource: str, step: Try) -> Attempt:
         state = self._state(resource)
         now = self.clock()
+        if state.owner == step.token:  # a retried attempt: the same grant, as in Redis
+            return Attempt(True, fence=state.fence)
         if state.owner is None:
             head = next(iter(state.queue), None)
             if head is None or head == step.waiter:
                 state.owner, state.expires = step.token, now + step.ttl_ms / 1000
                 state.queue.pop(step.waiter, None)
                 self._fence += 1
+                state.fence = self._fence
                 return Attempt(True, fence=self._fence)
             pttl_ms = 0
         else:

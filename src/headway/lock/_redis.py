@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -55,12 +56,20 @@ class _Keys:
     fence: str
     queue: str
     places: str
+    released: str
     channel: str
 
 
 def lock_keys(resource: str) -> _Keys:
     """The keys (and wake-up channel) of one lock, all under one hash tag."""
-    return _Keys(*tagged("lock", resource, "owner", "fence", "queue", "places", "wake"))
+    parts = ("owner", "fence", "queue", "places", "released", "wake")
+    return _Keys(*tagged("lock", resource, *parts))
+
+
+def release_call(resource: str, token: str) -> tuple[list[str], list[Any]]:
+    """Keys and arguments of one ``lock_release`` call (each call gets its own id)."""
+    k = lock_keys(resource)
+    return [k.owner, k.queue, k.places, k.released], [token, k.channel, secrets.token_hex(8)]
 
 
 def acquire_call(resource: str, step: Try, floor: int = 0) -> tuple[list[str], list[Any]]:
@@ -255,8 +264,7 @@ class RedisLockBackend(QueuedBackend):
         return Attempt.from_reply(await self._call(lambda: _ACQUIRE.run(self.client, keys, args)))
 
     async def _release(self, resource: str, token: str) -> bool:
-        k = lock_keys(resource)
-        keys, args = [k.owner, k.queue, k.places], [token, k.channel]
+        keys, args = release_call(resource, token)
         return bool(await self._call(lambda: _RELEASE.run(self.client, keys, args)))
 
     async def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:
@@ -308,8 +316,7 @@ class SyncRedisLockBackend(SyncQueuedBackend):
         return Attempt.from_reply(self._call(lambda: _ACQUIRE.run_sync(self.client, keys, args)))
 
     def _release(self, resource: str, token: str) -> bool:
-        k = lock_keys(resource)
-        keys, args = [k.owner, k.queue, k.places], [token, k.channel]
+        keys, args = release_call(resource, token)
         return bool(self._call(lambda: _RELEASE.run_sync(self.client, keys, args)))
 
     def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:

@@ -58,7 +58,7 @@ from .._scripts import Script
 from ._backend import complete
 from ._flow import Attempt, Try
 from ._lease import Lease, _finite_seconds, check_timeout, check_ttl, new_token
-from ._redis import UNAVAILABLE, acquire_call, lock_keys
+from ._redis import UNAVAILABLE, acquire_call, lock_keys, release_call
 
 __all__ = ["RedlockBackend"]
 
@@ -174,8 +174,7 @@ class RedlockBackend:
         return f"{type(exc).__name__}: {exc}"
 
     async def _release_all(self, resource: str, token: str) -> list[Any]:
-        k = lock_keys(resource)
-        keys, args = [k.owner, k.queue, k.places], [token, k.channel]
+        keys, args = release_call(resource, token)
         return await self._everywhere(lambda c: _RELEASE.run(c, keys, args))
 
     async def _round(self, resource: str, ttl_ms: int) -> Lease | str:

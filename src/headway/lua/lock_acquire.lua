@@ -8,6 +8,7 @@
 -- ARGV[3] waiter   waiter id, or "" for a single attempt that does not queue
 -- ARGV[4] place_ms how long a queued waiter keeps its place without trying again
 -- ARGV[5] floor    the new fencing token must exceed this (Redlock's majority read); else 0
+-- Idempotent: run again with the same token while it holds the lock, it returns the same grant.
 -- Returns {1, fence} when granted; {0, pttl_ms} when not, where pttl_ms is the
 -- holder's remaining lease, or 0 when the lock is free but an earlier waiter goes first.
 local t = redis.call('TIME')
@@ -22,6 +23,12 @@ for i = 1, #void do
 end
 if #void > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now_ms)
+end
+
+-- A retried attempt (redis-py retries a command whose reply was lost) finds its
+-- own grant: report it again rather than make it wait out its own lease.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return {1, tonumber(redis.call('GET', KEYS[2]))}
 end
 
 local pttl = redis.call('PTTL', KEYS[1])
