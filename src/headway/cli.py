@@ -4,9 +4,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 from collections.abc import Sequence
 
-from . import __version__, _demo
+from . import __version__, _demo, _migrations
+
+
+def _url(given: str | None) -> str:
+    return given or os.environ.get("HEADWAY_DATABASE_URL") or _migrations.DEFAULT_DATABASE_URL
+
+
+async def _purge(url: str, batch_size: int) -> int:
+    from .idempotency import RecordStore
+
+    store = RecordStore.from_url(url, create_table=False)
+    try:
+        return await store.purge(batch_size=batch_size)
+    finally:
+        await store.aclose()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -18,7 +33,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument(
         "scenes", nargs="*", metavar="SCENE", help=f"scenes to play: {', '.join(_demo.SCENES)}"
     )
+    url_help = (
+        "SQLAlchemy async URL (default: $HEADWAY_DATABASE_URL, else the embedded SQLite file)"
+    )
+    migrate = commands.add_parser("migrate", help="apply headway's migrations to a database")
+    migrate.add_argument("url", nargs="?", metavar="URL", help=url_help)
+    migrate.add_argument("--revision", default="head", help="target revision (default: head)")
+    migrate.add_argument(
+        "--downgrade", action="store_true", help="revert down to --revision (e.g. base)"
+    )
+    purge = commands.add_parser("purge", help="delete expired idempotency records")
+    purge.add_argument("url", nargs="?", metavar="URL", help=url_help)
+    purge.add_argument("--batch-size", type=int, default=1000, help="rows per DELETE")
     args = parser.parse_args(argv)
+    if args.command == "migrate":
+        if args.downgrade:
+            _migrations.downgrade(_url(args.url), args.revision)
+        else:
+            _migrations.upgrade(_url(args.url), args.revision)
+    if args.command == "purge":
+        deleted = asyncio.run(_purge(_url(args.url), args.batch_size))
+        print(f"purged {deleted} expired idempotency record(s)")
     if args.command == "demo":
         unknown = [name for name in args.scenes if name not in _demo.SCENES]
         if unknown:

@@ -1,0 +1,305 @@
+"""``RecordStore``: the idempotency records over an async SQLAlchemy engine.
+
+Every write that decides something is a compare-and-set on the fencing token,
+so a worker whose lease was taken over cannot finish, release or overwrite the
+newer worker's record; each write reports whether it was accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from .._errors import BackendUnavailable
+from ._table import Status, db_now, metadata, records
+
+__all__ = ["Claim", "ClaimOutcome", "Record", "RecordStore", "StoredResponse"]
+
+T = TypeVar("T")
+
+#: Database errors that mean "cannot answer now" rather than "you asked wrongly".
+UNAVAILABLE: tuple[type[BaseException], ...] = (
+    sa_exc.OperationalError,
+    sa_exc.InterfaceError,
+    sa_exc.TimeoutError,  # pool checkout
+    OSError,
+    TimeoutError,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResponse:
+    """A response as kept in a record; ``body`` is None when it was too large to keep."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One idempotency record (live, i.e. not expired)."""
+
+    scope: str
+    key: str
+    fingerprint: str
+    status: Status
+    fence: int
+    response: StoredResponse | None
+
+
+class ClaimOutcome(enum.Enum):
+    """What ``claim`` found."""
+
+    CLAIMED = "claimed"  # the record is ours, PROCESSING with our fence: run the request
+    COMPLETED = "completed"  # already done with this fingerprint: replay ``record``
+    MISMATCH = "mismatch"  # the key belongs to a different request
+    BUSY = "busy"  # a newer or live holder has it
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The result of ``RecordStore.claim``."""
+
+    outcome: ClaimOutcome
+    record: Record | None = None
+
+
+def _record(row: sa.Row[Any]) -> Record:
+    response = None
+    if row.response_status is not None:
+        headers = tuple((str(k), str(v)) for k, v in row.response_headers or ())
+        response = StoredResponse(row.response_status, headers, row.response_body)
+    return Record(row.scope, row.key, row.fingerprint, Status(row.status), int(row.fence), response)
+
+
+def _where(scope: str, key: str) -> sa.ColumnElement[bool]:
+    return sa.and_(records.c.scope == scope, records.c.key == key)
+
+
+class RecordStore:
+    """Idempotency records in SQL (PostgreSQL, SQLite, MySQL/MariaDB).
+
+    ``ttl`` is how long a record is kept (and replayed), in seconds, counted on
+    the database's clock. Every operation is bounded by ``timeout`` seconds; a
+    database that is down or too slow raises ``BackendUnavailable(backend="database")``.
+    """
+
+    def __init__(self, engine: AsyncEngine, *, ttl: float = 24 * 3600, timeout: float = 5.0):
+        if ttl <= 0 or timeout <= 0:
+            raise ValueError("ttl and timeout must be > 0")
+        self.engine = engine
+        self.ttl = float(ttl)
+        self.timeout = float(timeout)
+
+    @classmethod
+    def from_url(cls, url: str, *, create_table: bool | None = None, **options: Any) -> RecordStore:
+        """A store on a new engine for ``url``.
+
+        ``create_table`` (default: only for SQLite, the embedded setup) creates
+        the table on first use; elsewhere run ``headway migrate``.
+        """
+        is_sqlite = url.startswith("sqlite")
+        engine = create_async_engine(
+            url, connect_args={"timeout": 30} if is_sqlite else {}, pool_pre_ping=not is_sqlite
+        )
+        store = cls(engine, **options)
+        store._create = is_sqlite if create_table is None else create_table
+        return store
+
+    _create = False
+
+    async def create_table(self) -> None:
+        """Create the table if missing (tests, embedded use); production uses migrations."""
+        async with self.engine.begin() as conn:
+            await conn.run_sync(metadata.create_all)
+
+    @asynccontextmanager
+    async def _tx(self) -> AsyncIterator[AsyncConnection]:
+        if self._create:
+            self._create = False
+            await self.create_table()
+        async with self.engine.begin() as conn:
+            yield conn
+
+    async def _run(self, op: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        async def go() -> T:
+            async with self._tx() as conn:
+                return await op(conn)
+
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await go()
+        except UNAVAILABLE as exc:
+            raise BackendUnavailable(f"database unavailable: {exc}", backend="database") from exc
+        except sa_exc.DBAPIError as exc:
+            if exc.connection_invalidated:
+                raise BackendUnavailable(
+                    f"database connection lost: {exc}", backend="database"
+                ) from exc
+            raise
+
+    async def get(self, scope: str, key: str) -> Record | None:
+        """The live record for (scope, key), or None. One primary-key SELECT."""
+
+        async def op(conn: AsyncConnection) -> Record | None:
+            query = sa.select(records).where(_where(scope, key), records.c.expires_at > db_now())
+            row = (await conn.execute(query)).first()
+            return None if row is None else _record(row)
+
+        return await self._run(op)
+
+    async def claim(
+        self,
+        scope: str,
+        key: str,
+        fingerprint: str,
+        *,
+        fence: int,
+        lease_token: str,
+        lease_ttl: float,
+    ) -> Claim:
+        """Insert the record as PROCESSING with ``fence``, or take it over.
+
+        Call it holding the lease whose fencing token is ``fence``. An expired
+        record is replaced; a PROCESSING record with an older fence (its worker
+        died or stalled past its lease) is taken over; a COMPLETED one is
+        returned for replay. The record's fingerprint must match, else MISMATCH.
+        """
+        values = {
+            "fingerprint": fingerprint,
+            "status": Status.PROCESSING.value,
+            "fence": fence,
+            "lease_token": lease_token,
+            "lease_expires_at": db_now(lease_ttl),
+            "response_status": None,
+            "response_headers": None,
+            "response_body": None,
+            "created_at": db_now(),
+            "expires_at": db_now(self.ttl),
+        }
+
+        async def op(conn: AsyncConnection) -> Claim:
+            inserted = await conn.execute(
+                _insert_ignore(conn).values(scope=scope, key=key, **values)
+            )
+            if inserted.rowcount == 1:
+                return Claim(ClaimOutcome.CLAIMED)
+            expired = (records.c.expires_at <= db_now()).label("expired")
+            query = sa.select(records, expired).where(_where(scope, key))
+            row = (await conn.execute(query)).first()
+            if row is None:
+                return Claim(ClaimOutcome.BUSY)  # purged meanwhile: the caller may retry
+            current = _record(row)
+            if not row.expired:
+                if current.fingerprint != fingerprint:
+                    return Claim(ClaimOutcome.MISMATCH, current)
+                if current.status is Status.COMPLETED:
+                    return Claim(ClaimOutcome.COMPLETED, current)
+                if current.fence >= fence:
+                    return Claim(ClaimOutcome.BUSY, current)
+            # Take over: only if the row is still exactly what we decided on.
+            taken = await conn.execute(
+                records.update()
+                .where(
+                    _where(scope, key),
+                    records.c.fence == current.fence,
+                    records.c.status == current.status.value,
+                )
+                .values(**values)
+            )
+            return Claim(ClaimOutcome.CLAIMED if taken.rowcount == 1 else ClaimOutcome.BUSY)
+
+        return await self._run(op)
+
+    async def complete(self, scope: str, key: str, fence: int, response: StoredResponse) -> bool:
+        """Store ``response`` and mark the record COMPLETED, only if ``fence`` still owns it.
+
+        Returns whether the write was accepted; False means a newer lease took
+        the record over (or it was released), and nothing was written.
+        """
+        update = (
+            records.update()
+            .where(
+                _where(scope, key),
+                records.c.fence == fence,
+                records.c.status == Status.PROCESSING.value,
+            )
+            .values(
+                status=Status.COMPLETED.value,
+                lease_token=None,
+                lease_expires_at=None,
+                response_status=response.status,
+                response_headers=[list(h) for h in response.headers],
+                response_body=response.body,
+                expires_at=db_now(self.ttl),
+            )
+        )
+
+        async def op(conn: AsyncConnection) -> bool:
+            return (await conn.execute(update)).rowcount == 1
+
+        return await self._run(op)
+
+    async def release(self, scope: str, key: str, fence: int) -> bool:
+        """Delete our PROCESSING record so a retry runs again; False if it is not ours."""
+        delete = records.delete().where(
+            _where(scope, key),
+            records.c.fence == fence,
+            records.c.status == Status.PROCESSING.value,
+        )
+
+        async def op(conn: AsyncConnection) -> bool:
+            return (await conn.execute(delete)).rowcount == 1
+
+        return await self._run(op)
+
+    async def purge(self, *, batch_size: int = 1000) -> int:
+        """Delete expired records in batches of ``batch_size``; return how many."""
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        expired = records.c.expires_at <= db_now()
+        pick = sa.select(records.c.scope, records.c.key).where(expired).limit(batch_size)
+
+        async def op(conn: AsyncConnection) -> tuple[int, int]:
+            keys = [tuple(row) for row in (await conn.execute(pick)).all()]
+            if not keys:
+                return 0, 0
+            # Re-checked in the DELETE: a record taken over meanwhile is not expired any more.
+            delete = records.delete().where(
+                sa.tuple_(records.c.scope, records.c.key).in_(keys), expired
+            )
+            return len(keys), (await conn.execute(delete)).rowcount
+
+        total = 0
+        while True:
+            picked, deleted = await self._run(op)
+            total += deleted
+            if picked < batch_size:
+                return total
+
+    async def aclose(self) -> None:
+        """Dispose of the engine's connections."""
+        await self.engine.dispose()
+
+
+def _insert_ignore(conn: AsyncConnection) -> Any:
+    """INSERT that does nothing (rowcount 0) when the primary key exists."""
+    name = conn.dialect.name
+    if name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(records).on_conflict_do_nothing(index_elements=["scope", "key"])
+    if name == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        return sqlite_insert(records).on_conflict_do_nothing(index_elements=["scope", "key"])
+    return records.insert().prefix_with("IGNORE")  # MySQL / MariaDB

@@ -1,0 +1,94 @@
+"""The idempotency record table (SQLAlchemy 2 Core) and the database-clock expression.
+
+One row per (scope, key). ``expires_at`` and ``lease_expires_at`` are written
+and compared only with ``db_now()``, so every app server agrees on time: the
+database's clock is the only one that decides.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+
+__all__ = ["Status", "db_now", "metadata", "records"]
+
+metadata = sa.MetaData()
+
+
+class Status(enum.StrEnum):
+    """Where a record stands."""
+
+    PROCESSING = "PROCESSING"
+    COMPLETED = "COMPLETED"
+
+
+# Microsecond timestamps everywhere (MySQL's DATETIME defaults to whole seconds).
+_Timestamp = sa.DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+_Body = sa.LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
+
+records = sa.Table(
+    "headway_idempotency_records",
+    metadata,
+    # Hash of the caller's credentials (or what the scope function returns).
+    sa.Column("scope", sa.String(64), nullable=False),
+    sa.Column("key", sa.String(255), nullable=False),
+    # sha256 hex of method, path, query, content type and body.
+    sa.Column("fingerprint", sa.String(64), nullable=False),
+    sa.Column("status", sa.String(10), nullable=False),
+    # Fencing token of the lease that claimed the record; writes must match it.
+    sa.Column("fence", sa.BigInteger, nullable=False),
+    sa.Column("lease_token", sa.String(64), nullable=True),
+    sa.Column("lease_expires_at", _Timestamp, nullable=True),
+    sa.Column("response_status", sa.Integer, nullable=True),
+    sa.Column("response_headers", sa.JSON, nullable=True),
+    # NULL on a COMPLETED record: the response was too large to keep.
+    sa.Column("response_body", _Body, nullable=True),
+    sa.Column("created_at", _Timestamp, nullable=False),
+    sa.Column("expires_at", _Timestamp, nullable=False),
+    sa.PrimaryKeyConstraint("scope", "key", name="pk_headway_idempotency_records"),
+    sa.CheckConstraint("status IN ('PROCESSING', 'COMPLETED')", name="ck_headway_idem_status"),
+    sa.Index("ix_headway_idempotency_records_expires_at", "expires_at"),
+)
+
+
+class db_now(sa.sql.expression.FunctionElement[Any]):
+    """The database server's current time plus ``seconds``, in the column's format."""
+
+    type = _Timestamp
+    inherit_cache = False
+
+    def __init__(self, seconds: float = 0.0) -> None:
+        super().__init__()
+        self.seconds = float(seconds)
+
+
+@compiles(db_now)
+def _default(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    seconds = compiler.process(sa.literal(element.seconds, sa.Float()), **kw)
+    return f"(CURRENT_TIMESTAMP + {seconds} * INTERVAL '1 second')"
+
+
+@compiles(db_now, "postgresql")
+def _postgresql(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    seconds = compiler.process(sa.literal(element.seconds, sa.Float()), **kw)
+    # clock_timestamp(), not now(): the time of the statement, not of the transaction.
+    return f"(clock_timestamp() + make_interval(secs => {seconds}))"
+
+
+@compiles(db_now, "sqlite")
+def _sqlite(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    # The format SQLAlchemy's SQLite DateTime writes, so comparisons stay textual and exact.
+    modifier = compiler.process(sa.literal(f"{element.seconds:+.6f} seconds"), **kw)
+    return f"strftime('%Y-%m-%d %H:%M:%f000', 'now', {modifier})"
+
+
+@compiles(db_now, "mysql")
+@compiles(db_now, "mariadb")
+def _mysql(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    micros = compiler.process(sa.literal(round(element.seconds * 1e6), sa.BigInteger()), **kw)
+    return f"TIMESTAMPADD(MICROSECOND, {micros}, UTC_TIMESTAMP(6))"

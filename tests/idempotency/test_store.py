@@ -1,0 +1,102 @@
+import asyncio
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from headway import BackendUnavailable
+from headway.idempotency import ClaimOutcome, RecordStore, Status, StoredResponse, records
+from headway.idempotency._table import db_now
+
+pytestmark = pytest.mark.anyio
+
+RESPONSE = StoredResponse(201, (("content-type", "application/json"),), b'{"id": 1}')
+
+
+async def claim(store: RecordStore, fence: int, fingerprint: str = "f" * 64, key: str = "k"):  # type: ignore[no-untyped-def]
+    return await store.claim(
+        "caller", key, fingerprint, fence=fence, lease_token=f"t{fence}", lease_ttl=30
+    )
+
+
+async def test_claim_complete_get(store: RecordStore) -> None:
+    assert await store.get("caller", "k") is None
+    assert (await claim(store, 5)).outcome is ClaimOutcome.CLAIMED
+    record = await store.get("caller", "k")
+    assert record is not None
+    assert (record.status, record.fence, record.response) == (Status.PROCESSING, 5, None)
+    assert await store.complete("caller", "k", 5, RESPONSE)
+    record = await store.get("caller", "k")
+    assert record is not None
+    assert (record.status, record.response) == (Status.COMPLETED, RESPONSE)
+
+
+async def test_completed_record_is_returned_not_taken_over(store: RecordStore) -> None:
+    await claim(store, 5)
+    assert await store.complete("caller", "k", 5, RESPONSE)
+    again = await claim(store, 9)
+    assert again.outcome is ClaimOutcome.COMPLETED
+    assert again.record is not None
+    assert again.record.response == RESPONSE
+    assert (await claim(store, 9, fingerprint="0" * 64)).outcome is ClaimOutcome.MISMATCH
+
+
+async def test_stale_fence_cannot_complete_after_takeover(store: RecordStore) -> None:
+    await claim(store, 5)
+    assert (await claim(store, 4)).outcome is ClaimOutcome.BUSY  # older lease: no takeover
+    assert (await claim(store, 7)).outcome is ClaimOutcome.CLAIMED  # newer lease takes over
+    assert not await store.complete("caller", "k", 5, RESPONSE)  # the paused worker
+    assert not await store.release("caller", "k", 5)
+    record = await store.get("caller", "k")
+    assert record is not None
+    assert (record.status, record.fence, record.response) == (Status.PROCESSING, 7, None)
+    assert await store.complete("caller", "k", 7, RESPONSE)
+    assert not await store.complete("caller", "k", 7, RESPONSE)  # only once
+
+
+async def test_release_deletes_only_own_processing_record(store: RecordStore) -> None:
+    await claim(store, 5)
+    assert not await store.release("caller", "k", 6)
+    assert await store.release("caller", "k", 5)
+    assert await store.get("caller", "k") is None
+    await claim(store, 8)
+    await store.complete("caller", "k", 8, RESPONSE)
+    assert not await store.release("caller", "k", 8)  # completed records stay
+
+
+async def test_too_large_response_is_completed_without_body(store: RecordStore) -> None:
+    await claim(store, 1)
+    assert await store.complete("caller", "k", 1, StoredResponse(200, (), None))
+    record = await store.get("caller", "k")
+    assert record is not None
+    assert record.response == StoredResponse(200, (), None)
+
+
+async def test_concurrent_claims_exactly_one_wins(store: RecordStore) -> None:
+    outcomes = await asyncio.gather(*(claim(store, 100) for _ in range(10)))
+    assert sorted(o.outcome.value for o in outcomes) == ["busy"] * 9 + ["claimed"]
+
+
+async def test_expiry_and_purge_use_the_database_clock(store: RecordStore) -> None:
+    for i in range(7):
+        await claim(store, 1, key=f"old{i}")
+    await claim(store, 1, key="live")
+    async with store.engine.begin() as conn:
+        await conn.execute(
+            records.update().where(records.c.key.like("old%")).values(expires_at=db_now(-1))
+        )
+    assert await store.get("caller", "old0") is None  # expired: never replayed
+    assert (await claim(store, 1, key="old1")).outcome is ClaimOutcome.CLAIMED  # replaced
+    assert await store.purge(batch_size=2) == 6
+    async with store.engine.connect() as conn:
+        keys = (await conn.execute(sa.select(records.c.key).order_by(records.c.key))).scalars()
+        assert list(keys) == ["live", "old1"]
+
+
+async def test_database_down_raises_backend_unavailable() -> None:
+    engine = create_async_engine("postgresql+asyncpg://postgres@127.0.0.1:1/nothing")
+    store = RecordStore(engine, timeout=2)
+    with pytest.raises(BackendUnavailable) as caught:
+        await store.get("caller", "k")
+    assert caught.value.backend == "database"
+    await engine.dispose()
