@@ -1,0 +1,216 @@
+"""The part the middleware and the decorator share: check a request against bound rules.
+
+``Guard.check`` runs every rule that applies, in order, one limiter decision
+(one round trip) each, and stops at the first rule that rejects (rules after
+it are not charged; rules before it keep their charge, as with any limiter
+chain). It reports every decision to the hook, counts it, logs outages once,
+and returns a ``Check``: the header fields to add and, if the request is
+refused, the refusal (429 with problem+json, or 503 when a rule fails closed).
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .._clock import Clock
+from .._http import PROBLEM_BASE, PROBLEM_HEADERS, Scope, problem_body
+from ._backend import RateLimitBackend
+from ._decision import Decision
+from ._headers import legacy_headers, limit_items, retry_after, seconds
+from ._identity import Identity
+from ._memory import MemoryRateLimitBackend
+from ._rules import BoundRule, Rule
+
+__all__ = ["Check", "DecisionHook", "Guard", "Outcome", "RateLimitEvent"]
+
+log = logging.getLogger("headway.ratelimit")
+
+Outcome = Literal["allowed", "rejected", "errored"]
+Headers = list[tuple[bytes, bytes]]
+
+#: The problem type of draft-ietf-httpapi-ratelimit-headers for a 429.
+QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitEvent:
+    """One decision, as the ``on_decision`` hook sees it.
+
+    ``outcome`` is ``"errored"`` when the backend failed or was too slow (then
+    ``decision.source`` tells whether the rule failed open or closed);
+    ``shadow`` is True when a rejection was only reported, not enforced.
+    """
+
+    rule: str
+    identity: str
+    route: str | None
+    method: str
+    cost: int
+    decision: Decision
+    outcome: Outcome
+    shadow: bool
+
+
+DecisionHook = Callable[[RateLimitEvent], "Awaitable[None] | None"]
+
+
+@dataclass(slots=True)
+class Check:
+    """What the guard decided for one request."""
+
+    legacy: bool = False
+    checked: list[tuple[BoundRule, Decision]] = field(default_factory=list)
+    blocking: tuple[BoundRule, Decision] | None = None
+
+    def headers(self) -> Headers:
+        """``RateLimit-Policy`` and ``RateLimit`` (and legacy fields if asked) for the response."""
+        if not self.checked:
+            return []
+        policies = [item for rule, _ in self.checked for item in rule.policy_items]
+        limits = [item for rule, d in self.checked for item in limit_items(rule.header_names, d)]
+        head = [(b"ratelimit-policy", ", ".join(policies).encode())]
+        if limits:
+            head.append((b"ratelimit", ", ".join(limits).encode()))
+        if self.legacy:
+            known = [d for _, d in self.checked if not d.failed]
+            if known:
+                tightest = min(known, key=lambda d: (d.allowed, d.remaining, -d.retry_after))
+                head.extend(legacy_headers(tightest))
+        return head
+
+    def refusal(self) -> tuple[int, Headers, bytes]:
+        """Status, headers and problem+json body refusing the request (``blocking`` is set)."""
+        assert self.blocking is not None
+        rule, decision = self.blocking
+        if decision.failed:
+            wait = max(1, seconds(decision.retry_after))
+            body = problem_body(
+                503, PROBLEM_BASE + "ratelimit-unavailable", "Service Unavailable",
+                f"The rate limit {rule.name!r} could not be checked; nothing was done. "
+                f"Retry in {wait} s.",
+            )  # fmt: skip
+        else:
+            wait = retry_after(d for _, d in self.checked if not d.failed)
+            violated = [
+                name for name, part in zip(rule.names, decision.policies, strict=True)
+                if not part.allowed
+            ] or rule.names[:1]  # fmt: skip
+            body = problem_body(
+                429, QUOTA_EXCEEDED, "Quota Exceeded",
+                f"Too many requests for policy {', '.join(map(repr, violated))}; "
+                f"retry in {wait} s.",
+                {"violated-policies": violated},
+            )  # fmt: skip
+        status = 503 if decision.failed else 429
+        return (
+            status,
+            [*PROBLEM_HEADERS, (b"retry-after", str(wait).encode()), *self.headers()],
+            body,
+        )
+
+
+async def _resolve(value: object) -> None:
+    if inspect.isawaitable(value):
+        await value
+
+
+class Guard:
+    """Bound rules plus what every check shares: hook, counters, shadow mode, outage log."""
+
+    def __init__(
+        self,
+        rules: Sequence[Rule],
+        *,
+        backend: RateLimitBackend | None,
+        identity: Identity | Sequence[Identity],
+        shadow: bool = False,
+        on_decision: DecisionHook | None = None,
+        legacy_headers: bool = False,
+        budget: float = 0.25,
+        retry_on_error: float = 1.0,
+        cache_blocked: bool | int = False,
+        clock: Clock | None = None,
+    ) -> None:
+        if isinstance(rules, Rule):
+            raise TypeError("rules takes a list of Rule, not one Rule")
+        names = [r.name for r in rules]
+        if len(set(names)) != len(names):
+            raise ValueError(f"rule names must be unique (they name quotas): {names!r}")
+        backend = backend or MemoryRateLimitBackend()
+        self.rules = [
+            BoundRule(
+                rule, backend, identity, budget=budget, retry_on_error=retry_on_error,
+                cache_blocked=cache_blocked, clock=clock,
+            )
+            for rule in rules
+        ]  # fmt: skip
+        header_names = [n for r in self.rules for n in r.names]
+        if len(set(header_names)) != len(header_names):
+            raise ValueError(f"policy names must be unique across rules: {header_names!r}")
+        self.shadow = shadow
+        self.on_decision = on_decision
+        self.legacy = legacy_headers
+        #: Decisions by (rule name, outcome): feed them to your metrics, or use the hook.
+        self.counts: collections.Counter[tuple[str, Outcome]] = collections.Counter()
+
+    async def check(self, scope: Scope, method: str, route: str | None) -> Check:
+        """Run the rules that apply to this request (see the module docstring)."""
+        check = Check(self.legacy)
+        path: str = scope.get("path", "")
+        for rule in self.rules:
+            if not rule.applies(method, route, path):
+                continue
+            identity = await rule.identify(scope)
+            if identity is None:
+                continue
+            cost = await rule.cost(scope)
+            decision = await rule.limiter.hit(rule.key(identity, route, path), cost)
+            check.checked.append((rule, decision))
+            shadow = self.shadow or rule.rule.shadow
+            outcome = self._note(rule, decision)
+            if self.on_decision is not None:
+                event = RateLimitEvent(
+                    rule.name, identity, route, method, cost, decision, outcome,
+                    shadow and not decision.allowed,
+                )  # fmt: skip
+                await self._report(event)
+            if not decision.allowed:
+                if shadow:
+                    log.info("shadow: rule %r would refuse %s %s for %s", rule.name, method,
+                             path, identity)  # fmt: skip
+                    continue
+                check.blocking = (rule, decision)
+                break
+        return check
+
+    def _note(self, rule: BoundRule, decision: Decision) -> Outcome:
+        outcome: Outcome
+        if decision.failed:
+            outcome = "errored"
+            if not rule.failing:
+                rule.failing = True
+                mode = "open" if decision.allowed else "closed"
+                log.warning(
+                    "rate limit %r: backend failed or exceeded its budget; failing %s",
+                    rule.name, mode,
+                )  # fmt: skip
+        else:
+            outcome = "allowed" if decision.allowed else "rejected"
+            if rule.failing:
+                rule.failing = False
+                log.warning("rate limit %r: backend answering again", rule.name)
+        self.counts[rule.name, outcome] += 1
+        return outcome
+
+    async def _report(self, event: RateLimitEvent) -> None:
+        assert self.on_decision is not None
+        try:
+            await _resolve(self.on_decision(event))
+        except Exception:
+            # A broken metrics hook must not break the requests it observes.
+            log.exception("rate limit on_decision hook failed")
