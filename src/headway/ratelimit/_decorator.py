@@ -2,11 +2,13 @@
 
 The handler keeps its signature (``ParamSpec``) and need not take a
 ``request``: the wrapper finds it among the arguments (Starlette passes it),
-or asks FastAPI for it through two keyword-only parameters it adds to the
+or asks FastAPI for it through keyword-only parameters it adds to the
 *advertised* signature (``headway_request: Request``, and
 ``headway_response: Response`` whose headers FastAPI copies onto the
-response it builds from a returned value). The wrapper removes both before
-calling the handler.
+response it builds from a returned value), unless the handler takes its own.
+The wrapper removes them before calling the handler. FastAPI validates the
+request before calling the handler, so an invalid request gets its 422
+without being charged; the middleware, in contrast, limits before parsing.
 
 ``async def`` handlers are awaited. ``def`` handlers stay synchronous, so
 the frameworks still run them in their thread pool; there the wrapper runs
@@ -43,27 +45,53 @@ _RESPONSE = "headway_response"
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_]{1,64}")
 
 
+def _annotated(params: list[inspect.Parameter], kind: type) -> bool:
+    for param in params:
+        annotation = param.annotation
+        if isinstance(annotation, str):  # unresolved: compare by name
+            if annotation.rsplit(".", 1)[-1] == kind.__name__:
+                return True
+        elif isinstance(annotation, type) and issubclass(annotation, kind):
+            return True
+    return False
+
+
 def _advertised(func: Callable[..., Any]) -> inspect.Signature:
-    """``func``'s signature plus the two keyword-only parameters FastAPI fills for us."""
-    signature = inspect.signature(func)
+    """``func``'s signature plus the keyword-only parameters FastAPI fills for us.
+
+    FastAPI passes the request (and the sub-response) to one parameter only,
+    so a handler that already takes one keeps it and gets none of ours.
+    """
+    try:
+        signature = inspect.signature(func, eval_str=True)
+    except NameError:
+        signature = inspect.signature(func)
     params = list(signature.parameters.values())
-    extra = [
-        inspect.Parameter(_REQUEST, inspect.Parameter.KEYWORD_ONLY, annotation=Request),
-        inspect.Parameter(_RESPONSE, inspect.Parameter.KEYWORD_ONLY, annotation=Response),
-    ]
+    extra = []
+    if not _annotated(params, HTTPConnection):
+        extra.append(
+            inspect.Parameter(_REQUEST, inspect.Parameter.KEYWORD_ONLY, annotation=Request)
+        )
+    if not _annotated(params, Response):
+        extra.append(
+            inspect.Parameter(_RESPONSE, inspect.Parameter.KEYWORD_ONLY, annotation=Response)
+        )
     at = next((i for i, p in enumerate(params) if p.kind is p.VAR_KEYWORD), len(params))
     return signature.replace(parameters=[*params[:at], *extra, *params[at:]])
 
 
 def _connection(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[HTTPConnection, Any]:
-    """The request (FastAPI's injected one, or Starlette's argument) and FastAPI's sub-response."""
+    """The request (FastAPI's injected one, or the handler's own) and FastAPI's sub-response."""
     request = kwargs.pop(_REQUEST, None)
     response = kwargs.pop(_RESPONSE, None)
+    values = (*args, *kwargs.values())
     if request is None:
-        found = [a for a in (*args, *kwargs.values()) if isinstance(a, HTTPConnection)]
+        found = [a for a in values if isinstance(a, HTTPConnection)]
         if not found:
             raise TypeError("rate_limit: no request among the arguments (is this an endpoint?)")
         request = found[0]
+    if response is None:
+        response = next((a for a in values if isinstance(a, Response)), None)
     return request, response
 
 
