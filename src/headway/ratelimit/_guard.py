@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .._clock import Clock
+from .._clock import Clock, MonotonicClock
 from .._http import PROBLEM_BASE, PROBLEM_HEADERS, Scope, problem_body
 from ._backend import RateLimitBackend
 from ._decision import Decision
@@ -114,6 +114,44 @@ class Check:
         )
 
 
+class OutageLog:
+    """One rule's backend outages, logged without flooding the log.
+
+    A warning when decisions start failing (then at most one every ``every``
+    seconds while they go on, with how many failed), and one line when the
+    backend answers again after an outage that was reported.
+    """
+
+    def __init__(self, name: str, clock: Clock, every: float = 10.0) -> None:
+        self.name = name
+        self.clock = clock
+        self.every = every
+        self.failing = False
+        self.reported = False  # this outage was announced
+        self.failed = 0  # failed decisions since the last warning
+        self.warned_at: float | None = None
+
+    def failure(self, mode: str) -> None:
+        """A decision failed (``mode``: the rule failed "open" or "closed")."""
+        self.failing = True
+        self.failed += 1
+        now = self.clock()
+        if self.warned_at is None or now - self.warned_at >= self.every:
+            log.warning(
+                "rate limit %r: backend failed or exceeded its budget; failing %s "
+                "(%d failed decision(s) since the last report)",
+                self.name, mode, self.failed,
+            )  # fmt: skip
+            self.warned_at, self.failed, self.reported = now, 0, True
+
+    def success(self) -> None:
+        """The backend decided."""
+        if self.failing:
+            if self.reported:
+                log.warning("rate limit %r: backend answering again", self.name)
+            self.failing = self.reported = False
+
+
 async def _resolve(value: object) -> None:
     if inspect.isawaitable(value):
         await value
@@ -157,6 +195,8 @@ class Guard:
         self.legacy = legacy_headers
         #: Decisions by (rule name, outcome): feed them to your metrics, or use the hook.
         self.counts: collections.Counter[tuple[str, Outcome]] = collections.Counter()
+        clock = clock or MonotonicClock()
+        self.outages = {r.name: OutageLog(r.name, clock) for r in self.rules}
 
     async def check(self, scope: Scope, method: str, route: str | None) -> Check:
         """Run the rules that apply to this request (see the module docstring)."""
@@ -192,18 +232,10 @@ class Guard:
         outcome: Outcome
         if decision.failed:
             outcome = "errored"
-            if not rule.failing:
-                rule.failing = True
-                mode = "open" if decision.allowed else "closed"
-                log.warning(
-                    "rate limit %r: backend failed or exceeded its budget; failing %s",
-                    rule.name, mode,
-                )  # fmt: skip
+            self.outages[rule.name].failure("open" if decision.allowed else "closed")
         else:
             outcome = "allowed" if decision.allowed else "rejected"
-            if rule.failing:
-                rule.failing = False
-                log.warning("rate limit %r: backend answering again", rule.name)
+            self.outages[rule.name].success()
         self.counts[rule.name, outcome] += 1
         return outcome
 

@@ -159,8 +159,6 @@ class BoundRule:
         self.identities: tuple[Identity, ...] = (
             tuple(identity) if isinstance(identity, Sequence) else (identity,)
         )
-        # Decided once so that requests of an outage are logged once, not each.
-        self.failing = False
 
     def applies(self, method: str, route: str | None, path: str) -> bool:
         """Whether the rule guards this request (``route`` is the template, if known)."""
