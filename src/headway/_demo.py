@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from ._demo_ratelimit import ratelimit_scene
 from .lock import Lease, Lock, MemoryLockBackend
 
 Say = Callable[[str], None]
@@ -61,7 +62,7 @@ def _ok(accepted: bool) -> str:
     return "accepted" if accepted else "REJECTED (stale fencing token)"
 
 
-SCENES = {"lock": lock_scene}
+SCENES = {"lock": lock_scene, "ratelimit": ratelimit_scene}
 
 
 async def run(scenes: list[str], say: Say = print) -> None:
