@@ -13,6 +13,7 @@ in Redis key names.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 from collections.abc import Awaitable, Callable, Iterable
@@ -42,6 +43,18 @@ def _ip(text: str) -> _Address | None:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return address.ipv4_mapped
     return address
+
+
+@functools.lru_cache(maxsize=8192)
+def _canonical(text: str, ipv6_prefix: int) -> str:
+    """``ip@<address>`` (IPv6 grouped by prefix); parsing is cached, clients come back."""
+    address = _ip(text)
+    if address is None:
+        return f"ip@{text.strip()[:100]}"
+    if isinstance(address, ipaddress.IPv6Address) and ipv6_prefix < 128:
+        net = ipaddress.IPv6Network((address, ipv6_prefix), strict=False)
+        return f"ip@{net.compressed}"
+    return f"ip@{address.compressed}"
 
 
 def _forwarded_for(value: str) -> list[str]:
@@ -120,13 +133,7 @@ class ClientAddress:
         return [x.strip() for value in values for x in value.split(",") if x.strip()]
 
     def _format(self, text: str) -> str:
-        address = _ip(text)
-        if address is None:
-            return f"ip@{text.strip()[:100]}"
-        if isinstance(address, ipaddress.IPv6Address) and self.ipv6_prefix < 128:
-            net = ipaddress.IPv6Network((address, self.ipv6_prefix), strict=False)
-            return f"ip@{net.compressed}"
-        return f"ip@{address.compressed}"
+        return _canonical(text, self.ipv6_prefix)
 
     def __repr__(self) -> str:
         if self.hops:

@@ -21,6 +21,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from starlette.routing import Match
+
 from .._http import Scope
 
 __all__ = ["RouteFunction", "starlette_route"]
@@ -54,8 +56,6 @@ def _candidates(route: Any) -> list[Any] | None:
 
 def _search(routes: Sequence[Any], scope: Scope) -> tuple[bool, str | None]:
     """(full match?, template) of the route the router would pick, else (False, None)."""
-    from starlette.routing import Match
-
     partial: str | None = None
     for route in routes:
         inner = _candidates(route)
@@ -87,4 +87,6 @@ def starlette_route(scope: Scope, app: Any = None) -> str | None:
     if not routes:
         return None
     template = _search(routes, scope)[1]
-    return None if template is None else _CONVERTOR.sub(r"{\1}", template)
+    if template is None or ":" not in template:
+        return template
+    return _CONVERTOR.sub(r"{\1}", template)
