@@ -12,8 +12,20 @@ import httpx
 import pytest
 import uvicorn
 from redis import asyncio as aioredis
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
-from headway.ratelimit import FixedWindow, RedisRateLimitBackend, Rule, TokenBucket
+from headway.ratelimit import (
+    Concurrency,
+    FixedWindow,
+    RateLimitMiddleware,
+    RedisRateLimitBackend,
+    Rule,
+    TokenBucket,
+)
 from tests.ratelimit.apps import AppFactory, Calls, fastapi_app, sf_list, starlette_app
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
@@ -67,3 +79,44 @@ async def test_limits_and_headers_over_the_wire(
     keys = await redis_client.keys("*")
     assert keys
     assert all(ttl > 0 for ttl in [await redis_client.pttl(key) for key in keys])
+
+
+async def test_a_client_leaving_a_real_server_frees_its_slot(redis_client: aioredis.Redis) -> None:
+    entered, proceed = anyio.Event(), anyio.Event()
+
+    async def stuck(request: Request) -> Response:
+        entered.set()
+        await proceed.wait()  # never notices that its client left
+        return JSONResponse({"late": True})
+
+    async def fast(request: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+    rule = Rule({"inflight": Concurrency(limit=1, ttl=10.0)}, name="slots")
+    app = Starlette(
+        routes=[Route("/stuck", stuck), Route("/fast", fast)],
+        middleware=[
+            Middleware(
+                RateLimitMiddleware, rules=[rule], backend=RedisRateLimitBackend(redis_client)
+            )
+        ],
+    )
+    statuses: list[int] = []
+    with anyio.fail_after(20):
+        async with serving(app) as url:
+            async with (
+                httpx.AsyncClient(base_url=url) as leaving,
+                anyio.create_task_group() as group,
+            ):
+                group.start_soon(leaving.get, "/stuck")
+                await entered.wait()
+                async with httpx.AsyncClient(base_url=url) as other:
+                    statuses.append((await other.get("/fast")).status_code)
+                group.cancel_scope.cancel()  # the first client gives up: its socket closes
+            async with httpx.AsyncClient(base_url=url) as other:
+                while statuses[-1] != 200:  # uvicorn reports the disconnect asynchronously
+                    await anyio.sleep(0.02)
+                    statuses.append((await other.get("/fast")).status_code)
+            proceed.set()
+    assert statuses[0] == 429
+    assert statuses[-1] == 200

@@ -12,7 +12,9 @@ without being charged; the middleware, in contrast, limits before parsing.
 
 ``async def`` handlers are awaited. ``def`` handlers stay synchronous, so
 the frameworks still run them in their thread pool; there the wrapper runs
-the limiter on the event loop with ``anyio.from_thread.run``.
+the limiter on the event loop with ``anyio.from_thread.run``. A concurrency
+slot is held while the handler runs and released when it returns or raises
+(the response it returns is then sent without the slot).
 """
 
 from __future__ import annotations
@@ -32,8 +34,7 @@ from .._clock import Clock
 from ._backend import RateLimitBackend
 from ._guard import Check, DecisionHook, Guard
 from ._identity import ClientAddress, Identity
-from ._policies import Policy
-from ._rules import CostFunction, Per, Rule
+from ._rules import CostFunction, Limit, Per, Rule
 
 __all__ = ["RateLimitDecorator", "rate_limit"]
 
@@ -157,9 +158,12 @@ class RateLimitDecorator:
             async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
                 request, sub_response = _connection(args, kwargs)
                 decided = await check(request)
-                if decided.blocking is not None:
-                    return _finish(decided, None, None)
-                return _finish(decided, await func(*args, **kwargs), sub_response)
+                try:
+                    if decided.blocking is not None:
+                        return _finish(decided, None, None)
+                    return _finish(decided, await func(*args, **kwargs), sub_response)
+                finally:
+                    await decided.release()
 
             wrapper: Callable[P, Any] = async_wrapper
         else:
@@ -168,9 +172,12 @@ class RateLimitDecorator:
             def sync_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
                 request, sub_response = _connection(args, kwargs)
                 decided = anyio.from_thread.run(check, request)
-                if decided.blocking is not None:
-                    return _finish(decided, None, None)
-                return _finish(decided, func(*args, **kwargs), sub_response)
+                try:
+                    if decided.blocking is not None:
+                        return _finish(decided, None, None)
+                    return _finish(decided, func(*args, **kwargs), sub_response)
+                finally:
+                    anyio.from_thread.run(decided.release)
 
             wrapper = sync_wrapper
         wrapper.__signature__ = _advertised(func)  # type: ignore[attr-defined]
@@ -183,8 +190,8 @@ def _fields(rule: Rule) -> dict[str, Any]:
 
 
 def rate_limit(
-    *policies: Policy,
-    named: Mapping[str, Policy] | None = None,
+    *policies: Limit,
+    named: Mapping[str, Limit] | None = None,
     name: str | None = None,
     identity: Identity | Sequence[Identity] | None = None,
     cost: int | CostFunction = 1,

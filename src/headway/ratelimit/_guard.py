@@ -11,6 +11,7 @@ refused, the refusal (429 with problem+json, or 503 when a rule fails closed).
 from __future__ import annotations
 
 import collections
+import contextlib
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -18,13 +19,16 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .._clock import Clock, MonotonicClock
+from .._errors import ConcurrencyLimitExceeded
 from .._http import PROBLEM_BASE, PROBLEM_HEADERS, Scope, problem_body
 from ._backend import RateLimitBackend
+from ._concurrency import ConcurrencyLimiter
 from ._decision import Decision
-from ._headers import legacy_headers, limit_items, retry_after, seconds
+from ._headers import admission_item, legacy_headers, limit_items, retry_after, seconds
 from ._identity import Identity
 from ._memory import MemoryRateLimitBackend
 from ._rules import BoundRule, Rule
+from ._slots import Admission
 
 __all__ = ["Check", "DecisionHook", "Guard", "Outcome", "RateLimitEvent"]
 
@@ -32,6 +36,8 @@ log = logging.getLogger("headway.ratelimit")
 
 Outcome = Literal["allowed", "rejected", "errored"]
 Headers = list[tuple[bytes, bytes]]
+#: A rule's answer: a rate decision, or an in-flight limit's admission.
+Verdict = Decision | Admission
 
 #: The problem type of draft-ietf-httpapi-ratelimit-headers for a 429.
 QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
@@ -41,8 +47,10 @@ QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded
 class RateLimitEvent:
     """One decision, as the ``on_decision`` hook sees it.
 
-    ``outcome`` is ``"errored"`` when the backend failed or was too slow (then
-    ``decision.source`` tells whether the rule failed open or closed);
+    ``decision`` is the limiter's ``Decision``, or the ``Admission`` of a
+    ``Concurrency`` limit. ``outcome`` is ``"errored"`` when the backend failed
+    or was too slow (then ``decision.source`` tells whether the rule failed
+    open or closed);
     ``shadow`` is True when a rejection was only reported, not enforced.
     """
 
@@ -51,7 +59,7 @@ class RateLimitEvent:
     route: str | None
     method: str
     cost: int
-    decision: Decision
+    decision: Decision | Admission
     outcome: Outcome
     shadow: bool
 
@@ -61,23 +69,43 @@ DecisionHook = Callable[[RateLimitEvent], "Awaitable[None] | None"]
 
 @dataclass(slots=True)
 class Check:
-    """What the guard decided for one request."""
+    """What the guard decided for one request, and the concurrency slots it holds.
+
+    ``checked`` pairs each rule that ran with its rate decision or, for an
+    in-flight limit, its admission (a rule with both has two entries).
+    ``release`` gives every slot back, at most once: the middleware calls it
+    when the response ends, the client leaves, or the app returns or raises.
+    """
 
     legacy: bool = False
-    checked: list[tuple[BoundRule, Decision]] = field(default_factory=list)
-    blocking: tuple[BoundRule, Decision] | None = None
+    checked: list[tuple[BoundRule, Verdict]] = field(default_factory=list)
+    blocking: tuple[BoundRule, Verdict] | None = None
+    slots: list[contextlib.AsyncExitStack] = field(default_factory=list)
+
+    async def release(self) -> None:
+        """Release every slot this request holds (idempotent)."""
+        while self.slots:
+            await self.slots.pop().aclose()
 
     def headers(self) -> Headers:
         """``RateLimit-Policy`` and ``RateLimit`` (and legacy fields if asked) for the response."""
         if not self.checked:
             return []
-        policies = [item for rule, _ in self.checked for item in rule.policy_items]
-        limits = [item for rule, d in self.checked for item in limit_items(rule.header_names, d)]
+        seen: list[BoundRule] = []
+        limits: list[str] = []
+        for rule, verdict in self.checked:
+            if rule not in seen:
+                seen.append(rule)
+            if isinstance(verdict, Decision):
+                limits.extend(limit_items(rule.header_names, verdict))
+            else:
+                limits.extend(admission_item(rule.slot_header, verdict))
+        policies = [item for rule in seen for item in rule.policy_items]
         head = [(b"ratelimit-policy", ", ".join(policies).encode())]
         if limits:
             head.append((b"ratelimit", ", ".join(limits).encode()))
         if self.legacy:
-            known = [d for _, d in self.checked if not d.failed]
+            known = [d for _, d in self.checked if isinstance(d, Decision) and not d.failed]
             if known:
                 tightest = min(known, key=lambda d: (d.allowed, d.remaining, -d.retry_after))
                 head.extend(legacy_headers(tightest))
@@ -86,27 +114,30 @@ class Check:
     def refusal(self) -> tuple[int, Headers, bytes]:
         """Status, headers and problem+json body refusing the request (``blocking`` is set)."""
         assert self.blocking is not None
-        rule, decision = self.blocking
-        if decision.failed:
-            wait = max(1, seconds(decision.retry_after))
+        rule, verdict = self.blocking
+        if verdict.failed:
+            wait = max(1, seconds(verdict.retry_after))
             body = problem_body(
                 503, PROBLEM_BASE + "ratelimit-unavailable", "Service Unavailable",
                 f"The rate limit {rule.name!r} could not be checked; nothing was done. "
                 f"Retry in {wait} s.",
             )  # fmt: skip
         else:
-            wait = retry_after(d for _, d in self.checked if not d.failed)
-            violated = [
-                name for name, part in zip(rule.names, decision.policies, strict=True)
-                if not part.allowed
-            ] or rule.names[:1]  # fmt: skip
+            wait = retry_after(d for _, d in self.checked)
+            if isinstance(verdict, Decision):
+                violated = [
+                    name for name, part in zip(rule.names, verdict.policies, strict=True)
+                    if not part.allowed
+                ] or rule.names[:1]  # fmt: skip
+                what = "Too many requests"
+            else:
+                violated, what = [rule.slot_name], "Too many requests in flight"
             body = problem_body(
                 429, QUOTA_EXCEEDED, "Quota Exceeded",
-                f"Too many requests for policy {', '.join(map(repr, violated))}; "
-                f"retry in {wait} s.",
+                f"{what} for policy {', '.join(map(repr, violated))}; retry in {wait} s.",
                 {"violated-policies": violated},
             )  # fmt: skip
-        status = 503 if decision.failed else 429
+        status = 503 if verdict.failed else 429
         return (
             status,
             [*PROBLEM_HEADERS, (b"retry-after", str(wait).encode()), *self.headers()],
@@ -209,26 +240,44 @@ class Guard:
             if identity is None:
                 continue
             cost = await rule.cost(scope)
-            decision = await rule.limiter.hit(rule.key(identity, route, path), cost)
-            check.checked.append((rule, decision))
+            key = rule.key(identity, route, path)
             shadow = self.shadow or rule.rule.shadow
-            outcome = self._note(rule, decision)
-            if self.on_decision is not None:
-                event = RateLimitEvent(
-                    rule.name, identity, route, method, cost, decision, outcome,
-                    shadow and not decision.allowed,
-                )  # fmt: skip
-                await self._report(event)
-            if not decision.allowed:
+            verdicts: list[Verdict] = []
+            if rule.limiter is not None:
+                verdicts.append(await rule.limiter.hit(key, cost))
+            if rule.concurrency is not None and (not verdicts or verdicts[0].allowed or shadow):
+                verdicts.append(await self._take_slot(check, rule.concurrency, key))
+            for verdict in verdicts:
+                check.checked.append((rule, verdict))
+                outcome = self._note(rule, verdict)
+                if self.on_decision is not None:
+                    event = RateLimitEvent(
+                        rule.name, identity, route, method, cost, verdict, outcome,
+                        shadow and not verdict.allowed,
+                    )  # fmt: skip
+                    await self._report(event)
+            refused = next((v for v in verdicts if not v.allowed), None)
+            if refused is not None:
                 if shadow:
                     log.info("shadow: rule %r would refuse %s %s for %s", rule.name, method,
                              path, identity)  # fmt: skip
                     continue
-                check.blocking = (rule, decision)
+                check.blocking = (rule, refused)
                 break
         return check
 
-    def _note(self, rule: BoundRule, decision: Decision) -> Outcome:
+    @staticmethod
+    async def _take_slot(check: Check, limiter: ConcurrencyLimiter, key: str) -> Admission:
+        """Hold a slot on ``key`` (renewed while held) until ``check.release()``."""
+        stack = contextlib.AsyncExitStack()
+        try:
+            admission = await stack.enter_async_context(limiter.hold(key))
+        except ConcurrencyLimitExceeded as exc:
+            return exc.admission
+        check.slots.append(stack)
+        return admission
+
+    def _note(self, rule: BoundRule, decision: Verdict) -> Outcome:
         outcome: Outcome
         if decision.failed:
             outcome = "errored"

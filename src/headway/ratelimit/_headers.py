@@ -30,9 +30,13 @@ import http_sf
 
 from ._decision import Decision
 from ._policies import Policy
+from ._slots import Admission
 
 __all__ = [
+    "CONCURRENCY_RETRY",
     "MAX_INTEGER",
+    "admission_item",
+    "concurrency_item",
     "legacy_headers",
     "limit_items",
     "policy_item",
@@ -40,6 +44,9 @@ __all__ = [
     "seconds",
     "sf_string",
 ]
+
+#: ``Retry-After`` (and ``t``) when every concurrency slot is in use, in seconds.
+CONCURRENCY_RETRY = 1
 
 #: The largest Integer a Structured Field can carry (RFC 9651, 15 digits).
 MAX_INTEGER = 999_999_999_999_999
@@ -76,6 +83,28 @@ def policy_item(name: str, policy: Policy, unit: str | None = None) -> str:
     return f"{item};w={max(1, seconds(policy.window))}"
 
 
+def concurrency_item(name: str, limit: int) -> str:
+    """A ``RateLimit-Policy`` Item for an in-flight limit (``qu="concurrent-requests"``).
+
+    It has no window: the quota is slots held, not units per time.
+    """
+    return f'{sf_string(name)};q={limit};qu="concurrent-requests"'
+
+
+def admission_item(name: str, admission: Admission) -> list[str]:
+    """The ``RateLimit`` Item for an in-flight limit: free slots, and ``t`` when refused.
+
+    A refusal's ``t`` (and so ``Retry-After``) is one second: a slot frees as
+    soon as any request in flight ends, while the admission's own wait (the
+    first lease's end) is only an upper bound.
+    """
+    if admission.failed:
+        return []
+    if admission.allowed:
+        return [f"{name};r={admission.remaining}"]
+    return [f"{name};r={admission.remaining};t={CONCURRENCY_RETRY}"]
+
+
 def limit_items(names: Sequence[str], decision: Decision) -> list[str]:
     """The ``RateLimit`` Items for one decision (``names``: serialized, one per policy).
 
@@ -94,9 +123,13 @@ def limit_items(names: Sequence[str], decision: Decision) -> list[str]:
     return items
 
 
-def retry_after(decisions: Iterable[Decision]) -> int:
+def retry_after(decisions: Iterable[Decision | Admission]) -> int:
     """``Retry-After`` for a rejection: the longest wait among rejecting decisions, >= 1 s."""
-    waits = [d.retry_after for d in decisions if not d.allowed]
+    waits = [
+        d.retry_after if isinstance(d, Decision) else CONCURRENCY_RETRY
+        for d in decisions
+        if not d.allowed and not d.failed
+    ]
     return max(1, seconds(max(waits, default=0.0)))
 
 

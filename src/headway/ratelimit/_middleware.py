@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
 from collections.abc import Sequence
 
@@ -97,13 +98,30 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         check = await self.guard.check(scope, method, route)
-        if check.blocking is not None:
-            await (_refuse if kind == "http" else _refuse_websocket)(check, scope, receive, send)
-            return
-        if not check.checked:
-            await self.app(scope, receive, send)
-            return
-        await self.app(scope, receive, _with_headers(send, check.headers(), kind))
+        try:
+            if check.blocking is not None:
+                refuse = _refuse if kind == "http" else _refuse_websocket
+                await refuse(check, scope, receive, send)
+            elif not check.checked:
+                await self.app(scope, receive, send)
+            elif not check.slots:
+                await self.app(scope, receive, _with_headers(send, check.headers(), kind))
+            else:
+                await self._holding(check, scope, receive, send, kind)
+        finally:
+            await check.release()  # the app returned or raised: free its slots
+
+    async def _holding(
+        self, check: Check, scope: Scope, receive: Receive, send: Send, kind: str
+    ) -> None:
+        """Run the app while the request holds concurrency slots."""
+        watch = _DisconnectWatch(receive, check) if kind == "http" else None
+        send = _with_headers(_releasing(send, check), check.headers(), kind)
+        try:
+            await self.app(scope, watch or receive, send)
+        finally:
+            if watch is not None:
+                await watch.close()
 
 
 def _with_headers(send: Send, extra: list[tuple[bytes, bytes]], kind: str) -> Send:
@@ -115,6 +133,68 @@ def _with_headers(send: Send, extra: list[tuple[bytes, bytes]], kind: str) -> Se
         await send(message)
 
     return wrapped
+
+
+def _releasing(send: Send, check: Check) -> Send:
+    """Free the request's slots once its response is complete (not after background tasks)."""
+
+    async def wrapped(message: Message) -> None:
+        await send(message)
+        kind = message["type"]
+        if (kind == "http.response.body" and not message.get("more_body", False)) or (
+            kind == "websocket.close"
+        ):
+            await check.release()
+
+    return wrapped
+
+
+class _DisconnectWatch:
+    """A ``receive`` that frees the request's slots as soon as its client is gone.
+
+    A task relays the server's messages to the app one at a time (a queue of
+    one: no read-ahead beyond a single body chunk), so a departure is seen
+    even while the handler never calls ``receive``; the app gets every
+    message, and ``http.disconnect`` again on every call after the last.
+    """
+
+    def __init__(self, receive: Receive, check: Check) -> None:
+        self.receive = receive
+        self.check = check
+        self.queue: asyncio.Queue[Message] = asyncio.Queue(maxsize=1)
+        self.final: Message | None = None
+        self.pump = asyncio.get_running_loop().create_task(self._relay())
+
+    async def _relay(self) -> None:
+        while True:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                await self.check.release()
+                self.final = message
+            await self.queue.put(message)
+            if self.final is not None:
+                return
+
+    async def __call__(self) -> Message:
+        if self.final is not None and self.queue.empty():
+            return self.final
+        getter = asyncio.ensure_future(self.queue.get())
+        try:
+            await asyncio.wait({getter, self.pump}, return_when=asyncio.FIRST_COMPLETED)
+            if not getter.done():
+                self.pump.result()  # the server's receive raised: so does the app's
+                return self.final or {"type": "http.disconnect"}
+            return getter.result()
+        finally:
+            getter.cancel()
+
+    async def close(self) -> None:
+        """Stop relaying (the app is done)."""
+        if not self.pump.done():
+            self.pump.cancel()
+        await asyncio.wait([self.pump])
+        if not self.pump.cancelled():
+            self.pump.exception()  # retrieved: the app has already seen it, if it asked
 
 
 async def _refuse(check: Check, scope: Scope, receive: Receive, send: Send) -> None:

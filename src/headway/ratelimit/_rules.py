@@ -14,22 +14,25 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 from .._clock import Clock
 from .._http import Scope
-from ._backend import RateLimitBackend
+from ._backend import ConcurrencyBackend, RateLimitBackend
+from ._concurrency import ConcurrencyLimiter
 from ._core import check_policies
-from ._headers import policy_item, sf_string
+from ._headers import concurrency_item, policy_item, sf_string
 from ._identity import Identity
 from ._limiter import RateLimiter
-from ._policies import OnError, Policy
+from ._policies import Concurrency, OnError, Policy
 
-__all__ = ["BoundRule", "CostFunction", "Pattern", "Rule"]
+__all__ = ["BoundRule", "CostFunction", "Limit", "Pattern", "Rule"]
 
 CostFunction = Callable[[Scope], "int | Awaitable[int]"]
 Pattern = str | re.Pattern[str]
 Per = Literal["rule", "route", "path"]
+#: What a rule may hold: rate policies, and at most one in-flight limit.
+Limit = Policy | Concurrency
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
@@ -62,7 +65,9 @@ class Rule:
 
     - ``policies``: one policy, several (checked together, all-or-nothing), or
       a mapping naming each one in the headers (default names: the rule's
-      ``name``, or ``name-1``, ``name-2``... for several).
+      ``name``, or ``name-1``, ``name-2``... for several). One of them may be
+      a ``Concurrency`` limit: the request then holds a slot while it runs,
+      released when its response ends, its client leaves or the app raises.
     - ``routes``: route templates (``"/users/{id}"``), glob patterns on
       templates (``"/admin/*"``) or compiled regexes searched in the raw path;
       empty means every request. Templates come from the app's router, so
@@ -78,7 +83,7 @@ class Rule:
     - ``shadow``: decide, log, report and set headers, but never reject.
     """
 
-    policies: Policy | Sequence[Policy] | Mapping[str, Policy]
+    policies: Limit | Sequence[Limit] | Mapping[str, Limit]
     routes: Sequence[Pattern] = ()
     methods: Collection[str] = ()
     exempt: Sequence[Pattern] = ()
@@ -102,9 +107,13 @@ class Rule:
             raise ValueError(f"Rule.fail must be 'open', 'closed' or None, got {self.fail!r}")
         if isinstance(self.cost, bool) or not (isinstance(self.cost, int) or callable(self.cost)):
             raise TypeError(f"Rule.cost must be an int or a function, got {self.cost!r}")
-        check_policies(list(self.named_policies().values()))
+        rates, slots = _split(self.named_policies())
+        if len(slots) > 1:
+            raise ValueError("a rule holds at most one Concurrency limit")
+        if rates or not slots:
+            check_policies(list(rates.values()))
 
-    def named_policies(self) -> dict[str, Policy]:
+    def named_policies(self) -> dict[str, Limit]:
         """The rule's policies by the name the headers give them."""
         policies = self.policies
         if isinstance(policies, Mapping):
@@ -114,6 +123,12 @@ class Rule:
         if len(policies) == 1:
             return {self.name: policies[0]}
         return {f"{self.name}-{i}": p for i, p in enumerate(policies, 1)}
+
+
+def _split(named: dict[str, Limit]) -> tuple[dict[str, Policy], dict[str, Concurrency]]:
+    rates = {n: p for n, p in named.items() if not isinstance(p, Concurrency)}
+    slots = {n: p for n, p in named.items() if isinstance(p, Concurrency)}
+    return rates, slots
 
 
 async def _resolve(value: object) -> object:
@@ -134,26 +149,42 @@ class BoundRule:
         cache_blocked: bool | int,
         clock: Clock | None = None,
     ) -> None:
-        named = rule.named_policies()
-        policies = list(named.values())
+        rates, slots = _split(rule.named_policies())
         if rule.fail is not None:
             on_error: OnError = "allow" if rule.fail == "open" else "deny"
-            policies = [dataclasses.replace(p, on_error=on_error) for p in policies]
+            rates = {n: dataclasses.replace(p, on_error=on_error) for n, p in rates.items()}
+            slots = {n: dataclasses.replace(p, on_error=on_error) for n, p in slots.items()}
         self.rule = rule
         self.name = rule.name
         #: What keys start with: the name, unless the decorator makes it unique per endpoint.
         self.prefix = rule.name
-        self.names = list(named)
-        self.limiter = RateLimiter(
-            *policies,
-            backend=backend,
-            budget=budget,
-            retry_on_error=retry_on_error,
-            cache_blocked=cache_blocked,
-            clock=clock,
-        )
+        self.names = list(rates)
+        self.limiter: RateLimiter | None = None
+        if rates:
+            self.limiter = RateLimiter(
+                *rates.values(),
+                backend=backend,
+                budget=budget,
+                retry_on_error=retry_on_error,
+                cache_blocked=cache_blocked,
+                clock=clock,
+            )
         self.header_names = [sf_string(n) for n in self.names]
-        self.policy_items = [policy_item(n, p) for n, p in zip(self.names, policies, strict=True)]
+        self.policy_items = [policy_item(n, p) for n, p in rates.items()]
+        self.concurrency: ConcurrencyLimiter | None = None
+        self.slot_name = self.slot_header = ""
+        for name, policy in slots.items():
+            if not hasattr(backend, "acquire_slot"):
+                raise TypeError(f"backend {backend!r} cannot hold concurrency slots")
+            self.concurrency = ConcurrencyLimiter(
+                policy,
+                backend=cast(ConcurrencyBackend, backend),
+                budget=budget,
+                retry_on_error=retry_on_error,
+                clock=clock,
+            )
+            self.slot_name, self.slot_header = name, sf_string(name)
+            self.policy_items.append(concurrency_item(name, policy.limit))
         self.methods = frozenset(m.upper() for m in rule.methods)
         identity = rule.identity if rule.identity is not None else default_identity
         self.identities: tuple[Identity, ...] = (
