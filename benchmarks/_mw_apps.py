@@ -22,6 +22,7 @@ HUGE = 500_000  # per hour: never reached by a run (and exact for every algorith
 SUBJECTS = {
     "bare": "the app alone",
     "headway middleware": "RateLimitMiddleware, FixedWindow, per client address",
+    "headway, in memory": "the same middleware on the in-memory backend: its own cost, no Redis",
     "headway decorator": "@rate_limit on the endpoint, FixedWindow",
     "slowapi": "SlowAPIASGIMiddleware + default limit, fixed window (limits, sync redis)",
     "fastapi-limiter": "Depends(RateLimiter) on pyrate-limiter's RedisBucket (sliding log)",
@@ -46,6 +47,14 @@ def headway_middleware(url: str) -> FastAPI:
     app.add_middleware(
         RateLimitMiddleware, rules=[Rule(FixedWindow(HUGE, 3600.0))], backend=backend
     )
+    return app
+
+
+def headway_in_memory(url: str) -> FastAPI:
+    from headway.ratelimit import FixedWindow, RateLimitMiddleware, Rule
+
+    app = bare(url)
+    app.add_middleware(RateLimitMiddleware, rules=[Rule(FixedWindow(HUGE, 3600.0))])
     return app
 
 
@@ -101,6 +110,7 @@ def fastapi_limiter(url: str) -> FastAPI:
 BUILDERS = {
     "bare": bare,
     "headway middleware": headway_middleware,
+    "headway, in memory": headway_in_memory,
     "headway decorator": headway_decorator,
     "slowapi": slowapi,
     "fastapi-limiter": fastapi_limiter,
