@@ -346,3 +346,21 @@ def test_rule_and_middleware_arguments_are_checked() -> None:
         RateLimitMiddleware(starlette_app(Calls()), rules=[Rule(THREE), Rule(TEN)])
     with pytest.raises(TypeError, match="list of Rule"):
         RateLimitMiddleware(starlette_app(Calls()), rules=Rule(THREE))  # type: ignore[arg-type]
+
+
+async def test_a_route_function_names_templates_for_other_frameworks() -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    def template(scope: Scope) -> str | None:
+        parts = scope["path"].split("/")
+        return "/items/{id}" if len(parts) == 3 and parts[1] == "items" else None
+
+    rules = [Rule(FixedWindow(limit=2, window=60.0), routes=["/items/{id}"], per="route")]
+    middleware = RateLimitMiddleware(app, rules=rules, route=template)
+    async with client(middleware) as http:
+        statuses = [(await http.get(f"/items/{i}")).status_code for i in range(3)]
+        other = await http.get("/other")
+    assert statuses == [200, 200, 429]
+    assert "ratelimit" not in other.headers

@@ -11,7 +11,7 @@ from .._http import ASGIApp, Message, Receive, Scope, Send, send_response
 from ._backend import RateLimitBackend
 from ._guard import Check, DecisionHook, Guard, Outcome
 from ._identity import ClientAddress, Identity
-from ._routes import RouteFunction, starlette_route
+from ._routes import RouteCache, RouteFunction
 from ._rules import Pattern, Rule, _check_patterns, _matches
 
 __all__ = ["RateLimitMiddleware"]
@@ -77,7 +77,7 @@ class RateLimitMiddleware:
         )
         self.exempt = _check_patterns("exempt", exempt)
         self.websocket = websocket
-        self.route = route
+        self.route: RouteFunction = route or RouteCache(app)
 
     @property
     def counts(self) -> collections.Counter[tuple[str, Outcome]]:
@@ -93,7 +93,7 @@ class RateLimitMiddleware:
         else:
             await self.app(scope, receive, send)
             return
-        route = self.route(scope) if self.route is not None else starlette_route(scope, self.app)
+        route = self.route(scope)
         if self.exempt and _matches(self.exempt, route if route is not None else scope["path"]):
             await self.app(scope, receive, send)
             return

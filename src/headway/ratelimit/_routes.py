@@ -17,15 +17,16 @@ other framework can pass its own ``route=`` function to the middleware.
 
 from __future__ import annotations
 
+import collections
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from starlette.routing import Match
 
-from .._http import Scope
+from .._http import Scope, header
 
-__all__ = ["RouteFunction", "starlette_route"]
+__all__ = ["RouteCache", "RouteFunction", "starlette_route"]
 
 RouteFunction = Callable[[Scope], "str | None"]
 
@@ -81,12 +82,46 @@ def _search(routes: Sequence[Any], scope: Scope) -> tuple[bool, str | None]:
     return False, partial
 
 
-def starlette_route(scope: Scope, app: Any = None) -> str | None:
-    """The template of the Starlette/FastAPI route that will serve ``scope``, or None."""
-    routes = _routes_of(scope.get("app")) or _routes_of(app)
-    if not routes:
-        return None
+def _template(routes: Sequence[Any], scope: Scope) -> str | None:
     template = _search(routes, scope)[1]
     if template is None or ":" not in template:
         return template
     return _CONVERTOR.sub(r"{\1}", template)
+
+
+def starlette_route(scope: Scope, app: Any = None) -> str | None:
+    """The template of the Starlette/FastAPI route that will serve ``scope``, or None."""
+    routes = _routes_of(scope.get("app")) or _routes_of(app)
+    return _template(routes, scope) if routes else None
+
+
+class RouteCache:
+    """``starlette_route`` behind a small LRU cache of recently seen requests.
+
+    The key holds everything routing reads (method, path, root path, host) and
+    the route list's identity and length, so a route added later is seen; the
+    cache is bounded, so paths full of ids cannot grow it.
+    """
+
+    def __init__(self, app: Any, size: int = 4096) -> None:
+        self.app = app
+        self.size = size
+        self.cache: collections.OrderedDict[tuple[Any, ...], str | None] = collections.OrderedDict()
+
+    def __call__(self, scope: Scope) -> str | None:
+        routes = _routes_of(scope.get("app")) or _routes_of(self.app)
+        if not routes:
+            return None
+        key = (
+            id(routes), len(routes), scope["type"], scope.get("method"),
+            scope.get("root_path", ""), scope["path"], header(scope, b"host"),
+        )  # fmt: skip
+        try:
+            self.cache.move_to_end(key)
+            return self.cache[key]
+        except KeyError:
+            pass
+        template = self.cache[key] = _template(routes, scope)
+        if len(self.cache) > self.size:
+            self.cache.popitem(last=False)
+        return template
