@@ -37,6 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from _mw_apps import HUGE, SUBJECTS, build
 from redis import asyncio as aioredis
@@ -270,6 +271,32 @@ def redis_url(url: str | None) -> Iterator[tuple[str, bool]]:
             servers.stop_all()
 
 
+@contextmanager
+def delayed(url: str, rtt_ms: float) -> Iterator[str]:
+    """``url`` reached through a relay adding ``rtt_ms`` of round trip (a remote Redis)."""
+    if not rtt_ms:
+        yield url
+        return
+    parts = urlsplit(url)
+    port = free_port()
+    relay = [sys.executable, str(HERE / "_delay_proxy.py"), str(port), str(parts.port), str(rtt_ms)]
+    process = subprocess.Popen(relay)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise RuntimeError("the delay relay did not start") from None
+                time.sleep(0.02)
+        yield parts._replace(netloc=f"127.0.0.1:{port}").geturl()
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
 def us(seconds: float) -> str:
     return f"{seconds * 1e6:,.0f}"
 
@@ -342,9 +369,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one short round")
     parser.add_argument("--url", help="an existing Redis (default: a private redis-server)")
     parser.add_argument("--no-server", action="store_true", help="skip the uvicorn runs")
+    parser.add_argument(
+        "--rtt-ms", type=float, default=0.0,
+        help="reach Redis through a relay adding this round trip (a Redis on another host)",
+    )  # fmt: skip
     args = parser.parse_args()
     config = QUICK if args.quick else FULL
-    with redis_url(args.url) as (url, private):
+    with redis_url(args.url) as (direct, private), delayed(direct, args.rtt_ms) as url:
+        if args.rtt_ms:
+            print(f"Redis reached through a relay adding {args.rtt_ms:g} ms of round trip\n")
         print(asyncio.run(run(url, private, config, not args.no_server)))
 
 
