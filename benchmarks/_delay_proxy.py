@@ -29,7 +29,10 @@ async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay
             await writer.drain()
         writer.close()
 
-    await asyncio.gather(feed(), drain())
+    try:
+        await asyncio.gather(feed(), drain())
+    except (ConnectionError, OSError):
+        writer.close()  # one side went away (a server process ended): drop the pair
 
 
 async def main(listen: int, target: int, rtt_ms: float) -> None:
@@ -37,10 +40,7 @@ async def main(listen: int, target: int, rtt_ms: float) -> None:
 
     async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         server_r, server_w = await asyncio.open_connection("127.0.0.1", target)
-        await asyncio.gather(
-            pipe(client_r, server_w, delay), pipe(server_r, client_w, delay),
-            return_exceptions=True,
-        )  # fmt: skip
+        await asyncio.gather(pipe(client_r, server_w, delay), pipe(server_r, client_w, delay))
 
     server = await asyncio.start_server(handle, "127.0.0.1", listen)
     async with server:
