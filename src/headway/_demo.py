@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import StaticPool
 
+from ._demo_ratelimit import ratelimit_scene
 from ._http import ASGIApp, Message, Receive, Scope, Send, send_response
 from .lock import Lease, Lock, MemoryLockBackend, fenced_update
 
@@ -148,7 +149,7 @@ def _ok(accepted: bool) -> str:
     return "accepted" if accepted else "REJECTED (stale fencing token)"
 
 
-SCENES = {"lock": lock_scene, "idempotency": idempotency_scene}
+SCENES = {"lock": lock_scene, "ratelimit": ratelimit_scene, "idempotency": idempotency_scene}
 
 
 async def run(scenes: list[str], say: Say = print) -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
 __all__ = [
     "PROBLEM_BASE",
+    "PROBLEM_HEADERS",
     "ASGIApp",
     "Message",
     "Receive",
@@ -15,6 +16,7 @@ __all__ = [
     "Send",
     "header",
     "header_values",
+    "problem_body",
     "send_problem",
     "send_response",
 ]
@@ -66,3 +68,21 @@ async def send_problem(
     body = json.dumps(problem, separators=(",", ":")).encode()
     head = [(b"content-type", b"application/problem+json"), (b"cache-control", b"no-store")]
     await send_response(send, status, [*head, *headers], body)
+
+
+#: Headers of every problem response: the media type, and never stored by a cache.
+PROBLEM_HEADERS = ((b"content-type", b"application/problem+json"), (b"cache-control", b"no-store"))
+
+
+def problem_body(
+    status: int,
+    type_uri: str,
+    title: str,
+    detail: str,
+    extensions: Mapping[str, Any] | None = None,
+) -> bytes:
+    """An RFC 9457 problem document (any ``type`` URI, e.g. one from IANA's registry)."""
+    problem: dict[str, Any] = {"type": type_uri, "title": title, "status": status}
+    problem["detail"] = detail
+    problem.update(extensions or {})
+    return json.dumps(problem, separators=(",", ":")).encode()

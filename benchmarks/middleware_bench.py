@@ -1,0 +1,385 @@
+"""Middleware benchmark: headway against slowapi and fastapi-limiter on one app and one Redis.
+
+    uv run python benchmarks/middleware_bench.py [--quick] [--url redis://HOST:PORT/DB]
+
+Without ``--url`` it starts a private redis-server on a free loopback port. For
+each subject of ``_mw_apps`` (the bare app, headway's middleware and decorator,
+slowapi, fastapi-limiter), every request admitted:
+
+1. in-process: GET /ping straight through the ASGI app (no HTTP client, so the
+   timings hold the app and the limiter, not a client library): latency
+   median / p99 of sequential requests, and requests/s with 16 concurrent
+   tasks;
+2. over a real server: the same app under uvicorn in its own process on a free
+   loopback port, driven by a minimal keep-alive HTTP/1.1 client (16
+   connections for the concurrent part): the same numbers.
+
+"Added" latencies subtract the bare app's. The floor is one ``RateLimiter.hit``
+on the same Redis: what one limiter decision costs. Rounds alternate the
+order of the subjects, so a machine whose load drifts skews them alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from _mw_apps import HUGE, SUBJECTS, build
+from redis import asyncio as aioredis
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.servers import RedisServers, free_port
+
+from headway.ratelimit import FixedWindow, RateLimiter, RedisRateLimitBackend
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Config:
+    rounds: int
+    sequential: int  # requests timed one by one, per subject and round
+    concurrent: int  # requests sent by 16 tasks, per subject and round
+    warmup: int = 200
+    tasks: int = 16
+
+
+FULL = Config(rounds=3, sequential=2000, concurrent=4000)
+QUICK = Config(rounds=1, sequential=300, concurrent=600, warmup=50)
+
+
+@dataclass
+class Samples:
+    latencies: list[float] = field(default_factory=list)  # seconds
+    rates: list[float] = field(default_factory=list)  # requests/s, one per round
+
+    def p50(self) -> float:
+        return statistics.median(self.latencies)
+
+    def p99(self) -> float:
+        return statistics.quantiles(self.latencies, n=100)[98]
+
+    def rate(self) -> float:
+        return statistics.median(self.rates)
+
+
+# -- in-process: the ASGI app called directly ------------------------------------------------
+
+SCOPE: dict[str, Any] = {
+    "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+    "method": "GET", "scheme": "http", "path": "/ping", "raw_path": b"/ping", "root_path": "",
+    "query_string": b"", "headers": [(b"host", b"bench")], "client": ("127.0.0.1", 50000),
+    "server": ("bench", 80),
+}  # fmt: skip
+
+
+async def call(app: Any) -> int:
+    status = 0
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+
+    await app(dict(SCOPE), receive, send)
+    return status
+
+
+async def startup(app: Any) -> asyncio.Task[None]:
+    """Run the app's lifespan startup (uvicorn does it for the server runs); cancel to end."""
+    events = asyncio.Queue[dict[str, Any]]()
+    await events.put({"type": "lifespan.startup"})
+    done = asyncio.Event()
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"].startswith("lifespan.startup"):
+            done.set()
+
+    task = asyncio.create_task(
+        app({"type": "lifespan", "asgi": {"version": "3.0"}}, events.get, send)
+    )
+    await done.wait()
+    return task
+
+
+async def in_process(subject: str, url: str, config: Config, into: Samples) -> None:
+    app = build(subject, url)
+    lifespan = await startup(app)
+    try:
+        await _in_process(app, subject, config, into)
+    finally:
+        lifespan.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await lifespan
+
+
+async def _in_process(app: Any, subject: str, config: Config, into: Samples) -> None:
+    for _ in range(config.warmup):
+        assert await call(app) == 200, subject
+    for _ in range(config.sequential):
+        start = time.perf_counter()
+        status = await call(app)
+        into.latencies.append(time.perf_counter() - start)
+        assert status == 200, (subject, status)
+    per_task = config.concurrent // config.tasks
+
+    async def worker() -> None:
+        for _ in range(per_task):
+            assert await call(app) == 200
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(config.tasks)))
+    into.rates.append(per_task * config.tasks / (time.perf_counter() - start))
+
+
+# -- over a real server: uvicorn in its own process ------------------------------------------
+
+
+@contextmanager
+def uvicorn_server(subject: str, url: str) -> Iterator[int]:
+    port = free_port()
+    env = {**os.environ, "BENCH_SUBJECT": subject, "BENCH_REDIS_URL": url}
+    argv = [
+        sys.executable, "-m", "uvicorn", "_mw_apps:make_app", "--factory",
+        "--app-dir", str(HERE), "--host", "127.0.0.1", "--port", str(port),
+        "--log-level", "warning", "--no-access-log",
+    ]  # fmt: skip
+    process = subprocess.Popen(argv, env=env, cwd=HERE.parent)
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # a benchmark may wait for its server; tests never poll like this
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise RuntimeError(f"uvicorn for {subject!r} did not start") from None
+                time.sleep(0.05)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+class Connection:
+    """A minimal HTTP/1.1 keep-alive client: a load generator far lighter than httpx (whose
+    own overhead, ~2 ms a request on a loaded 2-core machine, would hide the servers')."""
+
+    REQUEST = b"GET /ping HTTP/1.1\r\nHost: bench\r\n\r\n"
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, port: int) -> Connection:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return cls(reader, writer)
+
+    async def get(self) -> int:
+        self.writer.write(self.REQUEST)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        await self.reader.readexactly(length)
+        return int(head[9:12])
+
+    async def close(self) -> None:
+        self.writer.close()
+        await self.writer.wait_closed()
+
+
+async def over_server(subject: str, url: str, config: Config, into: Samples) -> None:
+    with uvicorn_server(subject, url) as port:
+        connections = [await Connection.open(port) for _ in range(config.tasks)]
+        one = connections[0]
+        for _ in range(config.warmup):
+            assert await one.get() == 200, subject
+        for _ in range(config.sequential):
+            start = time.perf_counter()
+            status = await one.get()
+            into.latencies.append(time.perf_counter() - start)
+            assert status == 200, (subject, status)
+        per_task = config.concurrent // config.tasks
+
+        async def worker(connection: Connection) -> None:
+            for _ in range(per_task):
+                assert await connection.get() == 200
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(c) for c in connections))
+        into.rates.append(per_task * config.tasks / (time.perf_counter() - start))
+        for connection in connections:
+            await connection.close()
+
+
+# -- one limiter decision: the floor ------------------------------------------------------------
+
+
+async def floor(url: str, config: Config) -> Samples:
+    client = aioredis.Redis.from_url(url)
+    limiter = RateLimiter(FixedWindow(HUGE, 3600.0), backend=RedisRateLimitBackend(client))
+    samples = Samples()
+    for _ in range(config.warmup):
+        await limiter.hit("bench-floor")
+    for _ in range(config.sequential * config.rounds):
+        start = time.perf_counter()
+        await limiter.hit("bench-floor")
+        samples.latencies.append(time.perf_counter() - start)
+    await client.aclose()
+    return samples
+
+
+# -- the run and the report ---------------------------------------------------------------------
+
+
+@contextmanager
+def redis_url(url: str | None) -> Iterator[tuple[str, bool]]:
+    """``(url, private)``: ``url`` as given, or a private redis-server's."""
+    if url is not None:
+        yield url, False
+        return
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server is not on PATH (or pass --url)")
+    with tempfile.TemporaryDirectory() as folder:
+        servers = RedisServers(binary, Path(folder))
+        try:
+            yield servers.start().url, True
+        finally:
+            servers.stop_all()
+
+
+@contextmanager
+def delayed(url: str, rtt_ms: float) -> Iterator[str]:
+    """``url`` reached through a relay adding ``rtt_ms`` of round trip (a remote Redis)."""
+    if not rtt_ms:
+        yield url
+        return
+    parts = urlsplit(url)
+    port = free_port()
+    relay = [sys.executable, str(HERE / "_delay_proxy.py"), str(port), str(parts.port), str(rtt_ms)]
+    process = subprocess.Popen(relay)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise RuntimeError("the delay relay did not start") from None
+                time.sleep(0.02)
+        yield parts._replace(netloc=f"127.0.0.1:{port}").geturl()
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def us(seconds: float) -> str:
+    return f"{seconds * 1e6:,.0f}"
+
+
+def report(floor_: Samples, results: dict[str, dict[str, Samples]], config: Config) -> str:
+    lines = [
+        f"One limiter decision (RateLimiter.hit, FixedWindow, same Redis): "
+        f"p50 {us(floor_.p50())} µs, p99 {us(floor_.p99())} µs",
+        "",
+    ]
+    titles = {
+        "in-process": "In-process (ASGI app called directly)",
+        "server": "Over uvicorn (own process, keep-alive HTTP/1.1 client)",
+    }
+    for where, title in titles.items():
+        base = results[where]["bare"]
+        lines += [
+            f"{title}: {config.rounds} round(s) x {config.sequential} sequential requests, "
+            f"{config.concurrent} with {config.tasks} concurrent tasks",
+            "",
+            "| subject | req/s (16 tasks) | p50 µs | p99 µs | added p50 µs | added p99 µs |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for subject, samples in results[where].items():
+            added = (
+                ("—", "—") if subject == "bare"
+                else (us(samples.p50() - base.p50()), us(samples.p99() - base.p99()))
+            )  # fmt: skip
+            lines.append(
+                f"| {subject} | {samples.rate():,.0f} | {us(samples.p50())} | "
+                f"{us(samples.p99())} | {added[0]} | {added[1]} |"
+            )
+        headway = results[where]["headway middleware"]
+        slow = results[where]["slowapi"]
+        added_p50, budget = headway.p50() - base.p50(), floor_.p50() + 50e-6
+        ratio = headway.rate() / slow.rate()
+        lines += [
+            "",
+            f"Targets ({where}): added p50 {us(added_p50)} µs vs one decision + 50 µs = "
+            f"{us(budget)} µs -> {'met' if added_p50 <= budget else 'MISSED'}; "
+            f"throughput {ratio:.2f}x slowapi's -> {'met' if ratio >= 2 else 'MISSED'}",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+async def run(url: str, private: bool, config: Config, server: bool) -> str:
+    subjects = list(SUBJECTS)
+    wheres = ["in-process", "server"] if server else ["in-process"]
+    results = {where: {s: Samples() for s in subjects} for where in wheres}
+    flusher = aioredis.Redis.from_url(url)
+    for round_ in range(config.rounds):
+        order = subjects if round_ % 2 == 0 else subjects[::-1]
+        for where in wheres:
+            for subject in order:
+                if private:
+                    await flusher.flushall()  # our own throw-away server
+                print(f"round {round_ + 1} {where:<10} {subject}", file=sys.stderr)
+                measure = in_process if where == "in-process" else over_server
+                await measure(subject, url, config, results[where][subject])
+    await flusher.aclose()
+    floor_ = await floor(url, config)
+    if "server" not in results:
+        results["server"] = results["in-process"]  # keeps the report's shape
+    return report(floor_, results, config)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="one short round")
+    parser.add_argument("--url", help="an existing Redis (default: a private redis-server)")
+    parser.add_argument("--no-server", action="store_true", help="skip the uvicorn runs")
+    parser.add_argument(
+        "--rtt-ms", type=float, default=0.0,
+        help="reach Redis through a relay adding this round trip (a Redis on another host)",
+    )  # fmt: skip
+    args = parser.parse_args()
+    config = QUICK if args.quick else FULL
+    with redis_url(args.url) as (direct, private), delayed(direct, args.rtt_ms) as url:
+        if args.rtt_ms:
+            print(f"Redis reached through a relay adding {args.rtt_ms:g} ms of round trip\n")
+        print(asyncio.run(run(url, private, config, not args.no_server)))
+
+
+if __name__ == "__main__":
+    main()
