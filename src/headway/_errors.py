@@ -2,6 +2,7 @@
 
     HeadwayError                  catch-all for headway's own failures
     ├── BackendUnavailable        Redis or the database is down, or slower than its budget
+    ├── ConcurrencyLimitExceeded  ``ConcurrencyLimiter.hold`` found no free slot (``.admission``)
     └── LockError                 something about one lock (``.resource`` names it)
         ├── LockNotAcquired       ``acquire`` gave up: timeout elapsed, or no quorum
         ├── LockNotOwned          release/extend of a lease that is no longer held
@@ -12,8 +13,14 @@ Bad arguments (a TTL <= 0, an absurd timeout) raise the built-in ``ValueError``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .ratelimit._slots import Admission
+
 __all__ = [
     "BackendUnavailable",
+    "ConcurrencyLimitExceeded",
     "HeadwayError",
     "LockError",
     "LockLost",
@@ -35,6 +42,17 @@ class BackendUnavailable(HeadwayError):
     def __init__(self, message: str, *, backend: str) -> None:
         super().__init__(message)
         self.backend = backend
+
+
+class ConcurrencyLimitExceeded(HeadwayError):
+    """Every slot of a concurrency limit is in use; the block did not run.
+
+    ``admission`` holds the numbers for a reply (limit, in flight, retry after).
+    """
+
+    def __init__(self, message: str, *, admission: Admission) -> None:
+        super().__init__(message)
+        self.admission = admission
 
 
 class LockError(HeadwayError):

@@ -8,6 +8,7 @@ import pytest
 from redis import asyncio as aioredis
 
 from headway.ratelimit import (
+    ConcurrencyBackend,
     MemoryRateLimitBackend,
     RateLimitBackend,
     RedisRateLimitBackend,
@@ -29,6 +30,23 @@ async def make_backend(
     await client.flushdb()
     try:
         yield lambda: RedisRateLimitBackend(client)
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def slot_backend(request: pytest.FixtureRequest) -> AsyncIterator[ConcurrencyBackend]:
+    """A backend keeping concurrency slots; Redis through a pool for real concurrency."""
+    if request.param == "memory":
+        yield MemoryRateLimitBackend()
+        return
+    pool = aioredis.BlockingConnectionPool.from_url(
+        request.getfixturevalue("redis_url"), max_connections=32
+    )
+    client = aioredis.Redis.from_pool(pool)
+    await client.flushdb()
+    try:
+        yield RedisRateLimitBackend(client)
     finally:
         await client.aclose()
 

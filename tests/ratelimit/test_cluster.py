@@ -10,8 +10,11 @@ from redis import asyncio as aioredis
 from redis.cluster import RedisCluster
 
 from headway.ratelimit import (
+    Concurrency,
+    ConcurrencyLimiter,
     RateLimiter,
     RedisRateLimitBackend,
+    Source,
     SyncMemoryRateLimitBackend,
     SyncRedisRateLimitBackend,
 )
@@ -87,3 +90,15 @@ async def test_a_thousand_concurrent_hits_admit_exactly_the_limit(
         *(backend.decide("hot", [policy], 1, False, now_us=EPOCH_US) for _ in range(1000))  # type: ignore[list-item]
     )
     assert sum(v.allowed for v in verdicts) == 100
+
+
+async def test_concurrency_slots_are_counted_on_every_master(
+    client: aioredis.RedisCluster,
+) -> None:
+    backend = RedisRateLimitBackend(client)
+    limiter = ConcurrencyLimiter(Concurrency(5), backend=backend, budget=30)
+    admissions = await asyncio.gather(*(limiter.acquire(f"user-{i % 30}") for i in range(600)))
+    assert {a.source for a in admissions} == {Source.BACKEND}
+    assert sum(a.allowed for a in admissions) == 30 * 5
+    assert all(await asyncio.gather(*(limiter.release(a) for a in admissions if a.allowed)))
+    assert await client.dbsize() == 0

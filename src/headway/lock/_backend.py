@@ -91,6 +91,10 @@ async def complete(aw: Awaitable[T], undo: Callable[[T], Awaitable[object]] | No
             if task.cancelled():  # the call itself was cancelled, not just us
                 raise
             cancelled = True
+        except Exception as exc:
+            if cancelled:  # the caller's cancellation wins over the call's failure
+                raise asyncio.CancelledError from exc
+            raise
     if cancelled:
         if undo is not None:
             with contextlib.suppress(Exception):

@@ -1,13 +1,32 @@
-"""Rate limiting: policies, the standalone limiter, and its backends."""
+"""Rate limiting: policies, the standalone limiter, concurrency limits, and their backends."""
 
-from ._backend import RateLimitBackend, SyncRateLimitBackend
+from ._backend import (
+    ConcurrencyBackend,
+    RateLimitBackend,
+    SyncConcurrencyBackend,
+    SyncRateLimitBackend,
+)
+from ._concurrency import ConcurrencyLimiter, SyncConcurrencyLimiter
 from ._decision import Decision, PolicyDecision, Source
 from ._limiter import RateLimiter, SyncRateLimiter
 from ._memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
-from ._policies import FixedWindow, LeakyBucket, Policy, SlidingCounter, SlidingLog, TokenBucket
+from ._policies import (
+    Concurrency,
+    FixedWindow,
+    LeakyBucket,
+    Policy,
+    SlidingCounter,
+    SlidingLog,
+    TokenBucket,
+)
 from ._redis import RedisRateLimitBackend, SyncRedisRateLimitBackend
+from ._slots import Admission, Slot
 
 __all__ = [
+    "Admission",
+    "Concurrency",
+    "ConcurrencyBackend",
+    "ConcurrencyLimiter",
     "Decision",
     "FixedWindow",
     "LeakyBucket",
@@ -19,7 +38,10 @@ __all__ = [
     "RedisRateLimitBackend",
     "SlidingCounter",
     "SlidingLog",
+    "Slot",
     "Source",
+    "SyncConcurrencyBackend",
+    "SyncConcurrencyLimiter",
     "SyncMemoryRateLimitBackend",
     "SyncRateLimitBackend",
     "SyncRateLimiter",

@@ -3,7 +3,8 @@
 A backend decides one call: several policies on one key, a cost, charge or
 peek. It returns a ``Verdict`` (see ``_model``) and raises
 ``BackendUnavailable`` when it cannot answer; failure modes, caching and
-waiting are the limiter's business, not the backend's.
+waiting are the limiter's business, not the backend's. A backend may also
+keep concurrency slots (``ConcurrencyBackend``); both built-in ones do.
 """
 
 from __future__ import annotations
@@ -13,9 +14,17 @@ from typing import Protocol
 
 from .._keys import tagged
 from ._model import Verdict
-from ._policies import Policy
+from ._policies import Concurrency, Policy
+from ._slots import Grant
 
-__all__ = ["RateLimitBackend", "SyncRateLimitBackend", "decide_call", "state_keys"]
+__all__ = [
+    "ConcurrencyBackend",
+    "RateLimitBackend",
+    "SyncConcurrencyBackend",
+    "SyncRateLimitBackend",
+    "decide_call",
+    "state_keys",
+]
 
 
 class RateLimitBackend(Protocol):
@@ -60,6 +69,39 @@ class SyncRateLimitBackend(Protocol):
     ) -> Verdict: ...
 
     def reset(self, key: str, policies: Sequence[Policy]) -> None: ...
+
+
+class ConcurrencyBackend(Protocol):
+    """An async backend that keeps concurrency slots (leases) per key.
+
+    Each call prunes the leases that ended, by the backend's own clock.
+    """
+
+    name: str
+
+    async def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
+        """Take a slot for ``token`` if fewer than ``policy.limit`` are held."""
+        ...
+
+    async def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
+        """Give the slot back; False when its lease had already ended."""
+        ...
+
+    async def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool:
+        """Renew the slot's lease for ``ttl_ms`` from now; False when it had ended."""
+        ...
+
+
+class SyncConcurrencyBackend(Protocol):
+    """The synchronous counterpart of ``ConcurrencyBackend``."""
+
+    name: str
+
+    def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant: ...
+
+    def release_slot(self, key: str, policy: Concurrency, token: str) -> bool: ...
+
+    def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool: ...
 
 
 def state_keys(key: str, policies: Sequence[Policy]) -> list[str]:

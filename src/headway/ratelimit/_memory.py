@@ -2,8 +2,9 @@
 
 It runs ``_model`` over a dict in one process, with the scripts' semantics:
 the same keys, the same TTLs (an expired entry reads as missing), the same
-decisions. Time comes from an injectable clock (monotonic by default: one
-process needs no shared clock).
+decisions, and the same concurrency slots (leases that end unless renewed).
+Time comes from an injectable clock (monotonic by default: one process needs
+no shared clock).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Any
 from .._clock import Clock, MonotonicClock
 from ._backend import state_keys
 from ._model import Verdict, decide
-from ._policies import Policy
+from ._policies import Concurrency, Policy
+from ._slots import Grant, slot_key
 
 __all__ = ["MemoryRateLimitBackend", "SyncMemoryRateLimitBackend"]
 
@@ -24,6 +26,7 @@ class _Store:
     def __init__(self, clock: Clock | None) -> None:
         self.clock: Clock = clock or MonotonicClock()
         self.entries: dict[str, tuple[Any, int]] = {}  # key -> (state, expires at, us)
+        self.slots: dict[str, dict[str, int]] = {}  # key -> {token: lease ends at, us}
         self._sweep_at = 1024
         # Sync callers may share a backend between threads; each decision is atomic.
         self._mutex = threading.Lock()
@@ -32,7 +35,7 @@ class _Store:
         self, key: str, policies: Sequence[Policy], cost: int, peek: bool, now_us: int | None
     ) -> Verdict:
         with self._mutex:
-            now = round(self.clock() * 1_000_000) if now_us is None else now_us
+            now = self._now() if now_us is None else now_us
             return self._decide(state_keys(key, policies), policies, cost, peek, now)
 
     def _decide(
@@ -59,9 +62,54 @@ class _Store:
         return entry[0]
 
     def _sweep(self, now: int) -> None:
-        # Amortised: sweep when the dict has doubled since the last sweep.
+        # Amortised: sweep when the dicts have doubled since the last sweep.
         self.entries = {k: e for k, e in self.entries.items() if e[1] > now}
-        self._sweep_at = max(1024, 2 * len(self.entries))
+        for key in list(self.slots):
+            self._leases(key, now)
+        self._sweep_at = max(1024, 2 * (len(self.entries) + len(self.slots)))
+
+    def _now(self) -> int:
+        return round(self.clock() * 1_000_000)
+
+    def _leases(self, key: str, now: int) -> dict[str, int]:
+        """The leases of ``key`` that have not ended (pruned, like the scripts do)."""
+        leases = self.slots.get(key)
+        if leases is None:
+            return {}
+        for token in [t for t, ends in leases.items() if ends <= now]:
+            del leases[token]
+        if not leases:
+            del self.slots[key]
+        return leases
+
+    def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
+        with self._mutex:
+            key, now = slot_key(key, policy), self._now()
+            leases = self._leases(key, now)
+            if len(leases) >= policy.limit:
+                return Grant(False, len(leases), min(leases.values()) - now)
+            self.slots.setdefault(key, leases)[token] = now + policy.ttl_ms * 1000
+            if len(self.entries) + len(self.slots) >= self._sweep_at:
+                self._sweep(now)
+            return Grant(True, len(leases), 0)
+
+    def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
+        with self._mutex:
+            key = slot_key(key, policy)
+            leases = self._leases(key, self._now())
+            held = leases.pop(token, None) is not None
+            if not leases:
+                self.slots.pop(key, None)
+            return held
+
+    def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool:
+        with self._mutex:
+            now = self._now()
+            leases = self._leases(slot_key(key, policy), now)
+            if token not in leases:
+                return False
+            leases[token] = now + ttl_ms * 1000
+            return True
 
     def reset(self, key: str, policies: Sequence[Policy]) -> None:
         with self._mutex:
@@ -93,6 +141,18 @@ class MemoryRateLimitBackend:
         """Forget ``key``."""
         self._store.reset(key, policies)
 
+    async def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
+        """Take a concurrency slot (see ``ConcurrencyBackend``)."""
+        return self._store.acquire_slot(key, policy, token)
+
+    async def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
+        """Give a slot back; False when its lease had ended."""
+        return self._store.release_slot(key, policy, token)
+
+    async def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool:
+        """Renew a slot's lease; False when it had ended."""
+        return self._store.extend_slot(key, policy, token, ttl_ms)
+
 
 class SyncMemoryRateLimitBackend:
     """Rate limits for one process (sync API), with the Redis scripts' semantics."""
@@ -117,3 +177,15 @@ class SyncMemoryRateLimitBackend:
     def reset(self, key: str, policies: Sequence[Policy]) -> None:
         """Forget ``key``."""
         self._store.reset(key, policies)
+
+    def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
+        """Take a concurrency slot (see ``ConcurrencyBackend``)."""
+        return self._store.acquire_slot(key, policy, token)
+
+    def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
+        """Give a slot back; False when its lease had ended."""
+        return self._store.release_slot(key, policy, token)
+
+    def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool:
+        """Renew a slot's lease; False when it had ended."""
+        return self._store.extend_slot(key, policy, token, ttl_ms)

@@ -18,6 +18,7 @@ from typing import ClassVar, Literal
 
 __all__ = [
     "MAX_UNITS",
+    "Concurrency",
     "FixedWindow",
     "LeakyBucket",
     "OnError",
@@ -204,3 +205,46 @@ class SlidingCounter(_Window):
 
 
 Policy = TokenBucket | LeakyBucket | FixedWindow | SlidingLog | SlidingCounter
+
+
+#: Longest lease a concurrency slot may ask for, in seconds (a day; renew for longer).
+MAX_SLOT_TTL = 24 * 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Concurrency:
+    """At most ``limit`` requests in flight per key, each holding a slot for ``ttl`` seconds.
+
+    A slot is a lease, like the lock's: released when the work ends, renewed
+    while it goes on (``ConcurrencyLimiter.hold``), and lost by a holder that
+    dies once ``ttl`` passes. ``on_error`` decides when the backend fails:
+    ``"allow"`` runs the work without a slot, ``"deny"`` refuses it.
+    """
+
+    limit: int
+    ttl: float = 30.0
+    on_error: OnError = "allow"
+
+    name: ClassVar[str] = "concurrency"
+    tag: ClassVar[str] = "cc"
+
+    def __post_init__(self) -> None:
+        _units("Concurrency", "limit", self.limit, MAX_LOG)
+        if isinstance(self.ttl, bool) or not isinstance(self.ttl, int | float):
+            raise TypeError(f"Concurrency.ttl must be a number of seconds, not {self.ttl!r}")
+        if not math.isfinite(self.ttl) or not 0.001 <= self.ttl <= MAX_SLOT_TTL:
+            raise ValueError(
+                f"Concurrency.ttl must be between 0.001 and {MAX_SLOT_TTL:.0f} seconds, "
+                f"got {self.ttl!r}"
+            )
+        _on_error("Concurrency", self.on_error)
+
+    @property
+    def ttl_ms(self) -> int:
+        """The lease length in whole milliseconds."""
+        return round(self.ttl * 1000)
+
+    @property
+    def key_part(self) -> str:
+        """A key suffix naming the limit (limiters with another limit keep their own slots)."""
+        return f"{self.tag}{self.limit}"

@@ -3,6 +3,7 @@
 Both shells build the call with ``decide_call`` and parse the reply with
 ``Verdict.from_reply``; a decision is one EVALSHA of ``rl_decide.lua`` (which
 includes every algorithm file), NOSCRIPT recovered on the same call.
+Concurrency slots are one EVALSHA per acquire, release or renewal.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from .._scripts import Script
 from ..lock._redis import UNAVAILABLE
 from ._backend import decide_call, state_keys
 from ._model import Verdict
-from ._policies import Policy
+from ._policies import Concurrency, Policy
+from ._slots import Grant, slot_key
 
 __all__ = ["DECIDE", "RedisRateLimitBackend", "SyncRedisRateLimitBackend"]
 
@@ -30,6 +32,9 @@ ALGORITHMS = (
     "rl_sliding_counter",
 )
 DECIDE = Script("rl_decide", include=("rl_common", *ALGORITHMS))
+SLOT_ACQUIRE = Script("rl_slot_acquire")
+SLOT_RELEASE = Script("rl_slot_release")
+SLOT_EXTEND = Script("rl_slot_extend")
 
 
 def _unavailable(exc: BaseException) -> BackendUnavailable:
@@ -79,6 +84,25 @@ class RedisRateLimitBackend:
         except UNAVAILABLE as exc:
             raise _unavailable(exc) from exc
 
+    async def _slot(self, script: Script, key: str, policy: Concurrency, args: list[Any]) -> Any:
+        try:
+            return await script.run(self.client, [slot_key(key, policy)], args)
+        except UNAVAILABLE as exc:
+            raise _unavailable(exc) from exc
+
+    async def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
+        """Take a concurrency slot (see ``ConcurrencyBackend``): one EVALSHA."""
+        args = [token, policy.limit, policy.ttl_ms]
+        return Grant.from_reply(await self._slot(SLOT_ACQUIRE, key, policy, args))
+
+    async def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
+        """Give a slot back; False when its lease had ended."""
+        return bool(await self._slot(SLOT_RELEASE, key, policy, [token]))
+
+    async def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool:
+        """Renew a slot's lease; False when it had ended."""
+        return bool(await self._slot(SLOT_EXTEND, key, policy, [token, ttl_ms]))
+
 
 class SyncRedisRateLimitBackend:
     """The synchronous Redis backend (``redis.Redis`` or ``redis.cluster.RedisCluster``).
@@ -123,3 +147,22 @@ class SyncRedisRateLimitBackend:
             self.client.delete(*state_keys(key, policies))
         except UNAVAILABLE as exc:
             raise _unavailable(exc) from exc
+
+    def _slot(self, script: Script, key: str, policy: Concurrency, args: list[Any]) -> Any:
+        try:
+            return script.run_sync(self.client, [slot_key(key, policy)], args)
+        except UNAVAILABLE as exc:
+            raise _unavailable(exc) from exc
+
+    def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
+        """Take a concurrency slot (see ``ConcurrencyBackend``): one EVALSHA."""
+        args = [token, policy.limit, policy.ttl_ms]
+        return Grant.from_reply(self._slot(SLOT_ACQUIRE, key, policy, args))
+
+    def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
+        """Give a slot back; False when its lease had ended."""
+        return bool(self._slot(SLOT_RELEASE, key, policy, [token]))
+
+    def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool:
+        """Renew a slot's lease; False when it had ended."""
+        return bool(self._slot(SLOT_EXTEND, key, policy, [token, ttl_ms]))
