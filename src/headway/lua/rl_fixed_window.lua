@@ -35,3 +35,5 @@ function fixed_window.commit(key, now, r, grace_ms)
   redis.call('HSET', key, 'w', fmt(r.index), 'c', fmt(r.count))
   redis.call('PEXPIRE', key, ttl_ms(r.reset, grace_ms))
 end
+
+algorithms[3] = fixed_window

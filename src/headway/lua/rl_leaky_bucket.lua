@@ -37,3 +37,5 @@ function leaky_bucket.commit(key, now, r, grace_ms)
   redis.call('HSET', key, 'l', fmt(r.new_level), 't', fmt(now))
   redis.call('PEXPIRE', key, ttl_ms(r.new_level, grace_ms))
 end
+
+algorithms[2] = leaky_bucket

@@ -64,3 +64,5 @@ function sliding_counter.commit(key, now, r, grace_ms)
   redis.call('HSET', key, 'w', fmt(r.index), 'c', fmt(r.c), 'p', fmt(r.p))
   redis.call('PEXPIRE', key, ttl_ms(r.reset_after, grace_ms))
 end
+
+algorithms[5] = sliding_counter
