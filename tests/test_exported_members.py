@@ -10,6 +10,7 @@ def test_all_is_pinned() -> None:
         "ClientAddress",
         "Concurrency",
         "ConcurrencyBackend",
+        "ConcurrencyLimitExceeded",
         "ConcurrencyLimiter",
         "Decision",
         "DecisionHook",

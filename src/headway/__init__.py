@@ -5,6 +5,7 @@ from importlib.metadata import version as _version
 from ._clock import FakeClock, MonotonicClock
 from ._errors import (
     BackendUnavailable,
+    ConcurrencyLimitExceeded,
     HeadwayError,
     LockError,
     LockLost,
@@ -74,6 +75,7 @@ __all__ = [
     "ClientAddress",
     "Concurrency",
     "ConcurrencyBackend",
+    "ConcurrencyLimitExceeded",
     "ConcurrencyLimiter",
     "Decision",
     "DecisionHook",

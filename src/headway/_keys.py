@@ -24,7 +24,12 @@ def segment(identifier: str) -> str:
     return "~" + digest.hexdigest()
 
 
+def tag_base(kind: str, identifier: str) -> str:
+    """The prefix ``headway:{<kind>:<segment>}:`` shared by every key of one identifier."""
+    return f"headway:{{{kind}:{segment(identifier)}}}:"
+
+
 def tagged(kind: str, identifier: str, *parts: str) -> list[str]:
     """Keys ``headway:{<kind>:<segment>}:<part>``, one per part, sharing one hash tag."""
-    base = f"headway:{{{kind}:{segment(identifier)}}}"
-    return [f"{base}:{part}" for part in parts]
+    base = tag_base(kind, identifier)
+    return [base + part for part in parts]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import redis
@@ -168,8 +168,15 @@ async def test_redis_stalled_raises_backend_unavailable_within_timeout(
 
 
 @pytest.fixture
-def sync_lock(sync_redis_client: redis.Redis) -> SyncLock:
-    return SyncLock(SyncRedisLockBackend(sync_redis_client), "sync", ttl=5)
+def sync_backend(sync_redis_client: redis.Redis) -> Iterator[SyncRedisLockBackend]:
+    backend = SyncRedisLockBackend(sync_redis_client)
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
+def sync_lock(sync_backend: SyncRedisLockBackend) -> SyncLock:
+    return SyncLock(sync_backend, "sync", ttl=5)
 
 
 def test_sync_acquire_extend_release(sync_lock: SyncLock) -> None:
@@ -205,8 +212,8 @@ def test_sync_threads_exclude_each_other_and_are_woken(sync_lock: SyncLock) -> N
     assert fences == sorted(fences)
 
 
-def test_sync_hold_renews(sync_redis_client: redis.Redis) -> None:
-    lock = SyncLock(SyncRedisLockBackend(sync_redis_client), "sync-hold", ttl=0.6)
+def test_sync_hold_renews(sync_backend: SyncRedisLockBackend) -> None:
+    lock = SyncLock(sync_backend, "sync-hold", ttl=0.6)
     with lock.hold(renew_every=0.1):
         time.sleep(1.5)  # 2.5 TTLs: only renewals keep it
         with pytest.raises(LockNotAcquired):
@@ -264,9 +271,11 @@ async def test_cluster_contention_is_exact_and_woken(cluster_port: int) -> None:
 
 def test_cluster_sync_client(cluster_port: int) -> None:
     client = redis.RedisCluster(host="127.0.0.1", port=cluster_port)
-    lock = SyncLock(SyncRedisLockBackend(client), "sync-cluster", ttl=5)
+    backend = SyncRedisLockBackend(client)
+    lock = SyncLock(backend, "sync-cluster", ttl=5)
     lease = lock.acquire(timeout=0)
     with pytest.raises(LockNotAcquired):
         lock.acquire(timeout=0.2)
     lock.release(lease)
+    backend.close()
     client.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from headway.ratelimit import (
@@ -15,6 +17,7 @@ from headway.ratelimit import (
     SyncRateLimiter,
     TokenBucket,
 )
+from headway.ratelimit._core import within
 from headway.ratelimit._policies import Policy
 from tests.ratelimit.conftest import BackendFactory
 
@@ -153,3 +156,22 @@ def test_sync_limiter_shares_the_semantics() -> None:
     assert not cached.allowed
     limiter.reset("k")
     assert limiter.hit("k").allowed
+
+
+async def test_within_times_out_but_keeps_an_outside_cancellation() -> None:
+    assert await within(1.0, asyncio.sleep(0, "done")) == "done"
+    with pytest.raises(TimeoutError):
+        await within(0.01, asyncio.Event().wait())
+
+    task = asyncio.create_task(within(10.0, asyncio.Event().wait()))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # A timer that fired leaves nothing behind: the task goes on undisturbed.
+    with pytest.raises(TimeoutError):
+        await within(0.01, asyncio.Event().wait())
+    await asyncio.sleep(0.02)
+    current = asyncio.current_task()
+    assert current is not None
+    assert current.cancelling() == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from collections.abc import AsyncIterator
@@ -169,3 +170,33 @@ async def test_blocked_key_cache_spares_round_trips(own_client: aioredis.Redis) 
 
     await cached.reset("k")
     assert (await cached.hit("k")).allowed
+
+
+async def test_concurrent_decisions_share_round_trips(own_client: aioredis.Redis) -> None:
+    backend = RedisRateLimitBackend(own_client)  # coalescing is the default
+    policies = FixedWindow(100, 60.0), SlidingLog(150, 60.0)
+    limiter = RateLimiter(*policies, backend=backend, budget=30)
+    await limiter.hit("warm")  # a connection, and the script cached
+    before = await _scripts_run(own_client)
+    decisions = await asyncio.gather(*(limiter.hit("k") for _ in range(500)))
+    assert {d.source for d in decisions} == {Source.BACKEND}
+    assert sum(d.allowed for d in decisions) == 100
+    assert sorted(d.remaining for d in decisions if d.allowed) == list(range(100))
+    assert await _scripts_run(own_client) - before == 500  # each decided once, no more
+    batcher = backend._batcher()
+    assert batcher.calls == 501
+    assert batcher.round_trips <= 10  # 500 calls made in one loop turn: a few pipelines
+
+    plain = RedisRateLimitBackend(own_client, coalesce=False)
+    assert (await RateLimiter(FixedWindow(100, 60.0), backend=plain).hit("other")).allowed
+    assert not plain._batchers
+
+
+async def test_noscript_inside_a_pipeline_is_recovered(own_client: aioredis.Redis) -> None:
+    backend = RedisRateLimitBackend(own_client)
+    limiter = RateLimiter(FixedWindow(100, 60.0), backend=backend, budget=30)
+    await limiter.hit("warm")
+    await own_client.script_flush()
+    decisions = await asyncio.gather(*(limiter.hit("k") for _ in range(300)))
+    assert {d.source for d in decisions} == {Source.BACKEND}
+    assert sum(d.allowed for d in decisions) == 100

@@ -123,6 +123,25 @@ async def test_a_cancelled_block_releases_its_slot(slot_backend: ConcurrencyBack
     assert await _held(slot_backend, "k", limiter.policy) == 0
 
 
+async def test_a_block_cancelled_twice_still_releases(slot_backend: ConcurrencyBackend) -> None:
+    limiter = ConcurrencyLimiter(Concurrency(1), backend=slot_backend)
+    entered = asyncio.Event()
+
+    async def block() -> None:
+        async with limiter.hold("k"):
+            entered.set()
+            await asyncio.Event().wait()
+
+    task = asyncio.create_task(block())
+    await entered.wait()
+    task.cancel()
+    await asyncio.sleep(0)  # now releasing
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await _held(slot_backend, "k", limiter.policy) == 0
+
+
 @pytest.mark.parametrize("yields", range(8))
 async def test_a_cancelled_acquire_strands_no_slot(
     slot_backend: ConcurrencyBackend, yields: int

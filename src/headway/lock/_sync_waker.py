@@ -10,6 +10,7 @@ SUBSCRIBE on every contended acquire.) The thread ends once nobody listens.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["SyncWaker"]
+
+log = logging.getLogger("headway.lock")
 
 
 def _text(value: Any) -> str:
@@ -121,12 +124,13 @@ class SyncWaker:
         try:
             while self._next(pubsub):
                 pass
-        except BaseException:
-            # A bug, not an outage: let the next listener start a fresh reader.
+        except Exception:
+            # Not an outage (those are retried above): a bug, or the client closed under
+            # us. Log it; the next listener starts a fresh reader, and waits are bounded.
+            log.exception("the lock wake-up reader stopped")
             with self._lock:
                 if self._reader is threading.current_thread():
                     self._reader = None
-            raise
 
     def _next(self, pubsub: Any) -> bool:
         """Route one message; False once this reader should end."""

@@ -1,4 +1,5 @@
 -- Helpers shared by the rate-limit algorithms, included by rl_decide.lua (not run alone).
+-- Each algorithm file included after this one registers itself in `algorithms` by kind.
 -- Times are integer microseconds and counts integer units, held in Lua's doubles:
 -- every value stays below 2^53, so each one is exact.
 
@@ -24,3 +25,5 @@ local function ttl_ms(us, grace_ms)
   if ms < 1 then ms = 1 end
   return fmt(ms + grace_ms)
 end
+
+local algorithms = {}

@@ -1,5 +1,6 @@
 -- Decide (and charge) several rate-limit policies on one key, all-or-nothing.
--- The algorithms come from rl_<algorithm>.lua, prepended to this file.
+-- The algorithms come from rl_<algorithm>.lua, prepended to this file: only those the
+-- call's policies use (one script per combination), so a call defines no more than it runs.
 -- KEYS[i]  the state key of policy i; every key shares one hash tag
 -- ARGV[1]  now: "" reads the server's TIME (always, in production); an integer
 --          number of microseconds is accepted only from the differential tests,
@@ -12,8 +13,6 @@
 -- Returns {allowed, then per policy: ok, remaining, reset_us, retry_us}, where
 -- allowed is 1 when every policy admits; remaining and reset_us are after the
 -- charge when one was made; retry_us is 0 for a policy that admits.
-local algorithms = {token_bucket, leaky_bucket, fixed_window, sliding_log, sliding_counter}
-
 local now, grace_ms
 if ARGV[1] == '' then
   local t = redis.call('TIME')

@@ -1,6 +1,6 @@
 -- Fixed window (kind 3), included by rl_decide.lua (not run alone).
--- KEY  hash: w = window index (floor(server us / window_us)), c = units charged in it;
---      it expires when the window ends.
+-- KEY  string "<w>:<c>": w = window index (floor(server us / window_us)), c = units
+--      charged in it; it expires when the window ends.
 -- a    window_us
 -- b    limit: units per window
 -- check(key, now, cost, a, b) returns the fields rl_decide.lua reports:
@@ -9,9 +9,12 @@ local fixed_window = {}
 
 function fixed_window.check(key, now, cost, a, b)
   local index = idiv(now, a)
-  local state = redis.call('HMGET', key, 'w', 'c')
   local count = 0
-  if tonumber(state[1]) == index then count = tonumber(state[2]) end
+  local state = redis.call('GET', key)
+  if state then
+    local w, c = string.match(state, '^(%d+):(%d+)$')
+    if tonumber(w) == index then count = tonumber(c) end
+  end
   local reset = (index + 1) * a - now
   local r = {
     ok = count + cost <= b,
@@ -32,6 +35,7 @@ function fixed_window.check(key, now, cost, a, b)
 end
 
 function fixed_window.commit(key, now, r, grace_ms)
-  redis.call('HSET', key, 'w', fmt(r.index), 'c', fmt(r.count))
-  redis.call('PEXPIRE', key, ttl_ms(r.reset, grace_ms))
+  redis.call('SET', key, fmt(r.index) .. ':' .. fmt(r.count), 'PX', ttl_ms(r.reset, grace_ms))
 end
+
+algorithms[3] = fixed_window

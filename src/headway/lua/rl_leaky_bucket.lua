@@ -1,5 +1,5 @@
 -- Leaky bucket as a meter (kind 2), included by rl_decide.lua (not run alone).
--- KEY  hash: l = level (us of leaking left), t = server us when measured;
+-- KEY  string "<l>:<t>": l = level (us of leaking left), t = server us when measured;
 --      the bucket is empty when the level has leaked away, so the key expires then.
 -- a    interval_us: microseconds to leak one unit
 -- b    capacity: units the bucket holds
@@ -9,9 +9,13 @@ local leaky_bucket = {}
 
 function leaky_bucket.check(key, now, cost, a, b)
   local full = a * b
-  local state = redis.call('HMGET', key, 'l', 't')
-  local level = tonumber(state[1]) or 0
-  local elapsed = now - (tonumber(state[2]) or now)
+  local level, stamp = 0, now
+  local state = redis.call('GET', key)
+  if state then
+    local l, t = string.match(state, '^(%d+):(%d+)$')
+    level, stamp = tonumber(l), tonumber(t)
+  end
+  local elapsed = now - stamp
   if elapsed < 0 then elapsed = 0 end
   level = level - elapsed
   if level < 0 then level = 0 end
@@ -34,6 +38,8 @@ function leaky_bucket.check(key, now, cost, a, b)
 end
 
 function leaky_bucket.commit(key, now, r, grace_ms)
-  redis.call('HSET', key, 'l', fmt(r.new_level), 't', fmt(now))
-  redis.call('PEXPIRE', key, ttl_ms(r.new_level, grace_ms))
+  local state = fmt(r.new_level) .. ':' .. fmt(now)
+  redis.call('SET', key, state, 'PX', ttl_ms(r.new_level, grace_ms))
 end
+
+algorithms[2] = leaky_bucket

@@ -1,6 +1,6 @@
 -- Sliding counter (kind 5), included by rl_decide.lua (not run alone).
--- KEY  hash: w = current window index, c = units charged in it, p = units in the
---      window before; it expires when the current window's count stops weighing
+-- KEY  string "<w>:<c>:<p>": w = current window index, c = units charged in it, p = units
+--      in the window before; it expires when the current window's count stops weighing
 --      (the end of the next window).
 -- a    window_us
 -- b    limit
@@ -25,13 +25,16 @@ end
 function sliding_counter.check(key, now, cost, a, b)
   local index = idiv(now, a)
   local e = now - index * a
-  local state = redis.call('HMGET', key, 'w', 'c', 'p')
-  local w = tonumber(state[1])
   local c, p = 0, 0
-  if w == index then
-    c, p = tonumber(state[2]), tonumber(state[3])
-  elseif w == index - 1 then
-    p = tonumber(state[2])
+  local state = redis.call('GET', key)
+  if state then
+    local sw, sc, sp = string.match(state, '^(%d+):(%d+):(%d+)$')
+    local w = tonumber(sw)
+    if w == index then
+      c, p = tonumber(sc), tonumber(sp)
+    elseif w == index - 1 then
+      p = tonumber(sc)
+    end
   end
   local weighted = p * (a - e)
   local r = {
@@ -61,6 +64,8 @@ function sliding_counter.check(key, now, cost, a, b)
 end
 
 function sliding_counter.commit(key, now, r, grace_ms)
-  redis.call('HSET', key, 'w', fmt(r.index), 'c', fmt(r.c), 'p', fmt(r.p))
-  redis.call('PEXPIRE', key, ttl_ms(r.reset_after, grace_ms))
+  local state = fmt(r.index) .. ':' .. fmt(r.c) .. ':' .. fmt(r.p)
+  redis.call('SET', key, state, 'PX', ttl_ms(r.reset_after, grace_ms))
 end
+
+algorithms[5] = sliding_counter

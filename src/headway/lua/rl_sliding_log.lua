@@ -45,3 +45,5 @@ function sliding_log.commit(key, now, r, grace_ms)
   end
   redis.call('PEXPIRE', key, ttl_ms(r.reset_after, grace_ms))
 end
+
+algorithms[4] = sliding_log

@@ -32,3 +32,5 @@ end
 function token_bucket.commit(key, now, r, grace_ms)
   redis.call('SET', key, fmt(r.new_tat), 'PX', ttl_ms(r.new_tat - now, grace_ms))
 end
+
+algorithms[1] = token_bucket

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from .._keys import tagged
+from .._keys import tag_base
 from ._model import Verdict
-from ._policies import Concurrency, Policy
+from ._policies import Concurrency, Policy, PolicySet
 from ._slots import Grant
 
 __all__ = [
@@ -106,15 +106,15 @@ class SyncConcurrencyBackend(Protocol):
 
 def state_keys(key: str, policies: Sequence[Policy]) -> list[str]:
     """One state key per policy, all sharing the hash tag of ``key``."""
-    return tagged("rl", key, *(p.key_part for p in policies))
+    base = tag_base("rl", key)
+    return [base + suffix for suffix in PolicySet.of(policies).suffixes]
 
 
 def decide_call(
     key: str, policies: Sequence[Policy], cost: int, peek: bool, now_us: int | None
 ) -> tuple[list[str], list[int | str]]:
     """Keys and arguments of ``rl_decide.lua``."""
-    args: list[int | str] = ["" if now_us is None else now_us, cost, 1 if peek else 0]
-    for policy in policies:
-        args.append(policy.kind)
-        args.extend(policy.params())
-    return state_keys(key, policies), args
+    policies = PolicySet.of(policies)
+    base = tag_base("rl", key)
+    keys = [base + suffix for suffix in policies.suffixes]
+    return keys, ["" if now_us is None else now_us, cost, 1 if peek else 0, *policies.flat]

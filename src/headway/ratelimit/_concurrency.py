@@ -114,6 +114,10 @@ class ConcurrencyLimiter:
         except (BackendUnavailable, TimeoutError):
             self._undo_later(key, token)
             return failed_admission(self.policy, self.retry_on_error)
+        except asyncio.CancelledError:
+            # complete() undid any grant it saw; one lost with a failed reply is undone here.
+            self._undo_later(key, token)
+            raise
         return admitted(grant, key, self.policy, token, sent)
 
     async def release(self, admission: Admission | Slot) -> bool:
@@ -174,9 +178,10 @@ class ConcurrencyLimiter:
         try:
             yield admission
         finally:
+            # Not awaited: a second cancellation must not skip the release. A renewal
+            # still in flight cannot bring the slot back (it only renews a held lease).
             if renewer is not None:
                 renewer.cancel()
-                await asyncio.wait([renewer])
             await self.release(held[0])
 
     async def _renew(self, held: list[Slot]) -> None:

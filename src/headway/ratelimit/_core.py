@@ -1,21 +1,33 @@
-"""The limiter's pure parts: argument checks and the local blocked-key cache."""
+"""The limiter's pure parts: argument checks, the local blocked-key cache, the budget."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from typing import TypeVar
 
 from .._clock import Clock
 from ._decision import Decision, Source
-from ._policies import FixedWindow, LeakyBucket, Policy, SlidingCounter, SlidingLog, TokenBucket
+from ._policies import (
+    FixedWindow,
+    LeakyBucket,
+    Policy,
+    PolicySet,
+    SlidingCounter,
+    SlidingLog,
+    TokenBucket,
+)
 
-__all__ = ["BlockedCache", "check_cost", "check_policies", "check_seconds"]
+__all__ = ["BlockedCache", "check_cost", "check_policies", "check_seconds", "within"]
+
+T = TypeVar("T")
 
 _POLICY_TYPES = (TokenBucket, LeakyBucket, FixedWindow, SlidingLog, SlidingCounter)
 
 
-def check_policies(policies: Sequence[Policy]) -> tuple[Policy, ...]:
+def check_policies(policies: Sequence[Policy]) -> PolicySet:
     """At least one policy, each a policy value, no two alike (they would share state)."""
     if not policies:
         raise ValueError("a rate limiter needs at least one policy")
@@ -25,11 +37,13 @@ def check_policies(policies: Sequence[Policy]) -> tuple[Policy, ...]:
     parts = [p.key_part for p in policies]
     if len(set(parts)) != len(parts):
         raise ValueError(f"two policies with the same parameters: {list(policies)!r}")
-    return tuple(policies)
+    return PolicySet(policies)
 
 
 def check_cost(cost: int, policies: Sequence[Policy]) -> int:
     """A cost is a whole number of units that every policy could admit at least once."""
+    if cost == 1 and type(cost) is int:  # the usual case, checked first (hot path)
+        return cost
     if isinstance(cost, bool) or not isinstance(cost, int):
         raise TypeError(f"cost must be an int, not {type(cost).__name__}")
     if cost < 1:
@@ -94,3 +108,30 @@ class BlockedCache:
     def forget(self, key: str) -> None:
         """Drop ``key`` (after a reset)."""
         self._blocked.pop(key, None)
+
+
+def _expire(task: asyncio.Task[object], expired: list[bool]) -> None:
+    expired.append(True)
+    task.cancel()
+
+
+async def within(seconds: float, aw: Awaitable[T]) -> T:
+    """``await aw``, or raise ``TimeoutError`` after ``seconds``.
+
+    What ``asyncio.timeout`` does, for one await on the hot path, at a third of
+    its cost: one timer handle, cancelled when the await ends. A cancellation
+    from outside stays a cancellation.
+    """
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    expired: list[bool] = []
+    handle = loop.call_at(loop.time() + seconds, _expire, task, expired)
+    try:
+        return await aw
+    except asyncio.CancelledError:
+        if expired and task.uncancel() == 0:
+            raise TimeoutError(f"no answer within {seconds:g} s") from None
+        raise
+    finally:
+        handle.cancel()

@@ -67,21 +67,28 @@ class Decision:
 def decision_from(verdict: Verdict, policies: Sequence[Policy]) -> Decision:
     """Turn a backend's verdict into a decision."""
     parts = tuple(
-        PolicyDecision(p, o.ok, o.remaining, o.reset_us / 1e6, o.retry_us / 1e6)
-        for p, o in zip(policies, verdict.outcomes, strict=True)
+        [
+            PolicyDecision(p, ok, remaining, reset_us / 1e6, retry_us / 1e6)
+            for p, (ok, remaining, reset_us, retry_us) in zip(
+                policies, verdict.outcomes, strict=True
+            )
+        ]
     )
-    if verdict.allowed:
+    if len(parts) == 1:
+        chosen = parts[0]
+    elif verdict.allowed:
         chosen = min(parts, key=lambda d: (d.remaining, -d.reset_after))
     else:
         chosen = max((d for d in parts if not d.allowed), key=lambda d: d.retry_after)
     return Decision(
-        allowed=verdict.allowed,
-        limit=chosen.policy.limit,
-        remaining=chosen.remaining,
-        reset_after=chosen.reset_after,
-        retry_after=0.0 if verdict.allowed else chosen.retry_after,
-        policy=chosen.policy,
-        policies=parts,
+        verdict.allowed,
+        chosen.policy.limit,
+        chosen.remaining,
+        chosen.reset_after,
+        0.0 if verdict.allowed else chosen.retry_after,
+        chosen.policy,
+        Source.BACKEND,
+        parts,
     )
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from .._clock import Clock, MonotonicClock
 from .._errors import BackendUnavailable
 from ._backend import RateLimitBackend, SyncRateLimitBackend
-from ._core import BlockedCache, check_cost, check_policies, check_seconds
+from ._core import BlockedCache, check_cost, check_policies, check_seconds, within
 from ._decision import Decision, decision_from, fallback
 from ._memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
 from ._policies import Policy
@@ -49,7 +49,7 @@ class _Shell:
             self.cache = BlockedCache(self.clock, size)
 
     def _cached(self, key: str, cost: int) -> Decision | None:
-        if not isinstance(key, str):
+        if type(key) is not str and not isinstance(key, str):
             raise TypeError(f"key must be a str, not {type(key).__name__}")
         check_cost(cost, self.policies)
         return None if self.cache is None else self.cache.get(key, cost)
@@ -94,11 +94,13 @@ class RateLimiter(_Shell):
             return cached
         sent = self.clock()
         try:
-            async with asyncio.timeout(self.budget):
-                verdict = await self.backend.decide(key, self.policies, cost, peek)
+            verdict = await within(self.budget, self.backend.decide(key, self.policies, cost, peek))
         except (BackendUnavailable, TimeoutError):
             return self._failed()
-        return self._remember(key, cost, decision_from(verdict, self.policies), sent)
+        decision = decision_from(verdict, self.policies)
+        if self.cache is not None and not decision.allowed:
+            self.cache.put(key, cost, decision, sent)
+        return decision
 
     async def hit(self, key: str, cost: int = 1) -> Decision:
         """Charge ``cost`` units to ``key`` if every policy admits them."""

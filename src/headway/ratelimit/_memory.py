@@ -16,7 +16,7 @@ from typing import Any
 from .._clock import Clock, MonotonicClock
 from ._backend import state_keys
 from ._model import Verdict, decide
-from ._policies import Concurrency, Policy
+from ._policies import Concurrency, Policy, PolicySet
 from ._slots import Grant, slot_key
 
 __all__ = ["MemoryRateLimitBackend", "SyncMemoryRateLimitBackend"]
@@ -42,8 +42,7 @@ class _Store:
         self, keys: list[str], policies: Sequence[Policy], cost: int, peek: bool, now: int
     ) -> Verdict:
         states = [self._get(k, now) for k in keys]
-        specs = [(p.kind, *p.params()) for p in policies]
-        verdict, writes = decide(states, specs, now, cost, peek)
+        verdict, writes = decide(states, PolicySet.of(policies).specs, now, cost, peek)
         if writes is not None:
             for k, (state, ttl_us) in zip(keys, writes, strict=True):
                 # Scripts round TTLs up to whole milliseconds; so does the model.

@@ -13,13 +13,12 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = ["Outcome", "Verdict", "decide", "initial"]
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     """One policy's answer: admitted or not, units left, µs until reset and until a retry."""
 
     ok: bool
@@ -28,9 +27,11 @@ class Outcome:
     retry_us: int
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """The answer for every policy of one call; ``allowed`` when all of them admit."""
+class Verdict(NamedTuple):
+    """The answer for every policy of one call; ``allowed`` when all of them admit.
+
+    (Named tuples, not dataclasses: one is built per decision, on the hot path.)
+    """
 
     allowed: bool
     outcomes: tuple[Outcome, ...]
@@ -38,12 +39,10 @@ class Verdict:
     @classmethod
     def from_reply(cls, reply: Sequence[Any]) -> Verdict:
         """Parse ``rl_decide.lua``'s flat reply."""
-        values = [int(v) for v in reply]
-        outcomes = tuple(
-            Outcome(bool(values[i]), values[i + 1], values[i + 2], values[i + 3])
-            for i in range(1, len(values), 4)
-        )
-        return cls(bool(values[0]), outcomes)
+        v = [int(x) for x in reply]
+        make = Outcome._make
+        outcomes = tuple([make((v[i] == 1, *v[i + 1 : i + 4])) for i in range(1, len(v), 4)])
+        return cls(v[0] == 1, outcomes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ refills faster than asked.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -23,6 +24,7 @@ __all__ = [
     "LeakyBucket",
     "OnError",
     "Policy",
+    "PolicySet",
     "SlidingCounter",
     "SlidingLog",
     "TokenBucket",
@@ -205,6 +207,32 @@ class SlidingCounter(_Window):
 
 
 Policy = TokenBucket | LeakyBucket | FixedWindow | SlidingLog | SlidingCounter
+
+
+class PolicySet(tuple[Policy, ...]):
+    """Policies decided together, with what every call sends computed once.
+
+    ``specs`` holds each policy's ``(kind, a, b)``, ``flat`` the same run
+    together (the scripts' arguments), ``suffixes`` each one's key part.
+    """
+
+    specs: tuple[tuple[int, int, int], ...]
+    flat: tuple[int, ...]
+    suffixes: tuple[str, ...]
+    kinds: tuple[int, ...]  # the algorithms used, sorted, once each
+
+    def __new__(cls, policies: Iterable[Policy]) -> PolicySet:
+        self = super().__new__(cls, policies)
+        self.specs = tuple((p.kind, *p.params()) for p in self)
+        self.flat = tuple(n for spec in self.specs for n in spec)
+        self.suffixes = tuple(p.key_part for p in self)
+        self.kinds = tuple(sorted({p.kind for p in self}))
+        return self
+
+    @classmethod
+    def of(cls, policies: Iterable[Policy]) -> PolicySet:
+        """``policies`` as a PolicySet (itself if it already is one)."""
+        return policies if isinstance(policies, PolicySet) else cls(policies)
 
 
 #: Longest lease a concurrency slot may ask for, in seconds (a day; renew for longer).

@@ -1,13 +1,16 @@
 """The Redis rate-limit backend (single node or Cluster), async and sync shells.
 
 Both shells build the call with ``decide_call`` and parse the reply with
-``Verdict.from_reply``; a decision is one EVALSHA of ``rl_decide.lua`` (which
-includes every algorithm file), NOSCRIPT recovered on the same call.
+``Verdict.from_reply``; a decision is one EVALSHA of ``rl_decide.lua``, preceded
+by the algorithm files its policies use (``decide_script``), NOSCRIPT recovered
+on the same call.
 Concurrency slots are one EVALSHA per acquire, release or renewal.
 """
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,23 +21,36 @@ from .._errors import BackendUnavailable
 from .._scripts import Script
 from ..lock._redis import UNAVAILABLE
 from ._backend import decide_call, state_keys
+from ._batch import Batcher
 from ._model import Verdict
-from ._policies import Concurrency, Policy
+from ._policies import Concurrency, Policy, PolicySet
 from ._slots import Grant, slot_key
 
-__all__ = ["DECIDE", "RedisRateLimitBackend", "SyncRedisRateLimitBackend"]
+__all__ = ["RedisRateLimitBackend", "SyncRedisRateLimitBackend", "decide_script"]
 
-ALGORITHMS = (
-    "rl_token_bucket",
-    "rl_leaky_bucket",
-    "rl_fixed_window",
-    "rl_sliding_log",
-    "rl_sliding_counter",
-)
-DECIDE = Script("rl_decide", include=("rl_common", *ALGORITHMS))
+ALGORITHMS = {
+    1: "rl_token_bucket",
+    2: "rl_leaky_bucket",
+    3: "rl_fixed_window",
+    4: "rl_sliding_log",
+    5: "rl_sliding_counter",
+}
+_DECIDE: dict[tuple[int, ...], Script] = {}
+#: Whether decisions are coalesced into pipelines unless a backend is told otherwise.
+COALESCE = True
 SLOT_ACQUIRE = Script("rl_slot_acquire")
 SLOT_RELEASE = Script("rl_slot_release")
 SLOT_EXTEND = Script("rl_slot_extend")
+
+
+def decide_script(policies: Sequence[Policy]) -> Script:
+    """``rl_decide.lua`` with just the algorithms ``policies`` use (Lua defines them per call)."""
+    kinds = PolicySet.of(policies).kinds
+    script = _DECIDE.get(kinds)
+    if script is None:
+        include = ("rl_common", *(ALGORITHMS[kind] for kind in kinds))
+        script = _DECIDE[kinds] = Script("rl_decide", include=include)
+    return script
 
 
 def _unavailable(exc: BaseException) -> BackendUnavailable:
@@ -46,19 +62,34 @@ class RedisRateLimitBackend:
 
     The latency budget is the limiter's (``RateLimiter(budget=...)``); connection
     and socket timeouts on the client bound what the budget cannot interrupt.
+    With ``coalesce``, decisions made concurrently on one event loop share
+    pipelined round trips (see ``_batch``); on a Cluster client it is ignored.
     """
 
     name = "redis"
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, *, coalesce: bool = COALESCE) -> None:
         self.client = client
+        self.coalesce = coalesce and not isinstance(client, aioredis.RedisCluster)
+        self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Batcher] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @classmethod
-    def from_url(cls, url: str, *, timeout: float = 1.0, **options: Any) -> RedisRateLimitBackend:
+    def from_url(
+        cls, url: str, *, timeout: float = 1.0, coalesce: bool = COALESCE, **options: Any
+    ) -> RedisRateLimitBackend:
         """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
         options.setdefault("socket_connect_timeout", timeout)
         options.setdefault("socket_timeout", timeout)
-        return cls(aioredis.Redis.from_url(url, **options))
+        return cls(aioredis.Redis.from_url(url, **options), coalesce=coalesce)
+
+    def _batcher(self) -> Batcher:
+        loop = asyncio.get_running_loop()
+        batcher = self._batchers.get(loop)
+        if batcher is None:
+            batcher = self._batchers[loop] = Batcher(self.client, loop)
+        return batcher
 
     async def decide(
         self,
@@ -71,8 +102,12 @@ class RedisRateLimitBackend:
     ) -> Verdict:
         """Decide (see ``RateLimitBackend.decide``): one EVALSHA."""
         keys, args = decide_call(key, policies, cost, peek, now_us)
+        script = decide_script(policies)
         try:
-            reply = await DECIDE.run(self.client, keys, args)
+            if self.coalesce:
+                reply = await self._batcher().run(script, keys, args)
+            else:
+                reply = await script.run(self.client, keys, args)
         except UNAVAILABLE as exc:
             raise _unavailable(exc) from exc
         return Verdict.from_reply(reply)
@@ -136,7 +171,7 @@ class SyncRedisRateLimitBackend:
         """Decide (see ``RateLimitBackend.decide``): one EVALSHA."""
         keys, args = decide_call(key, policies, cost, peek, now_us)
         try:
-            reply = DECIDE.run_sync(self.client, keys, args)
+            reply = decide_script(policies).run_sync(self.client, keys, args)
         except UNAVAILABLE as exc:
             raise _unavailable(exc) from exc
         return Verdict.from_reply(reply)
