@@ -72,6 +72,27 @@ async def test_uncontended_cycle_is_two_round_trips(redis_servers: RedisServers)
     redis_servers.stop(server)
 
 
+async def test_concurrent_locks_share_pipelined_round_trips(
+    backend: RedisLockBackend, redis_client: aioredis.Redis
+) -> None:
+    locks = [Lock(backend, f"order/{i}", ttl=5) for i in range(200)]
+    leases = await asyncio.gather(*(lock.acquire(timeout=0) for lock in locks))
+    batcher = backend._coalescer.batcher()
+    assert batcher.calls == 200
+    assert batcher.round_trips <= 20  # coalesced, not one round trip each
+    for lease in leases:  # every grant is real, and each lock has its own
+        assert await redis_client.get(lock_keys(lease.resource).owner) == lease.token.encode()
+    await asyncio.gather(*(lock.release(lease) for lock, lease in zip(locks, leases, strict=True)))
+    assert not [k async for k in redis_client.scan_iter("headway:{lock:*}:owner")]
+    # Contended locks still exclude: each is held, so a second round grants nothing.
+    again = await asyncio.gather(*(lock.acquire(timeout=0) for lock in locks))
+    refused = await asyncio.gather(
+        *(lock.acquire(timeout=0) for lock in locks), return_exceptions=True
+    )
+    assert all(isinstance(r, LockNotAcquired) for r in refused)
+    await asyncio.gather(*(lock.release(lease) for lock, lease in zip(locks, again, strict=True)))
+
+
 @pytest.mark.parametrize("name", ["", "{a}:b", "x" * 1_000_000, "\u2603\x00", "headway:{lock:r}"])
 async def test_hostile_names_work_and_stay_in_bounded_keys(
     backend: RedisLockBackend, redis_client: aioredis.Redis, name: str

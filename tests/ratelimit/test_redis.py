@@ -183,13 +183,13 @@ async def test_concurrent_decisions_share_round_trips(own_client: aioredis.Redis
     assert sum(d.allowed for d in decisions) == 100
     assert sorted(d.remaining for d in decisions if d.allowed) == list(range(100))
     assert await _scripts_run(own_client) - before == 500  # each decided once, no more
-    batcher = backend._batcher()
+    batcher = backend._coalescer.batcher()
     assert batcher.calls == 501
     assert batcher.round_trips <= 10  # 500 calls made in one loop turn: a few pipelines
 
     plain = RedisRateLimitBackend(own_client, coalesce=False)
     assert (await RateLimiter(FixedWindow(100, 60.0), backend=plain).hit("other")).allowed
-    assert not plain._batchers
+    assert not plain._coalescer._batchers
 
 
 async def test_noscript_inside_a_pipeline_is_recovered(own_client: aioredis.Redis) -> None:

@@ -9,19 +9,17 @@ Concurrency slots are one EVALSHA per acquire, release or renewal.
 
 from __future__ import annotations
 
-import asyncio
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
 import redis
 from redis import asyncio as aioredis
 
+from .._batch import Coalescer
 from .._errors import BackendUnavailable
 from .._scripts import Script
 from ..lock._redis import UNAVAILABLE
 from ._backend import decide_call, state_keys
-from ._batch import Batcher
 from ._model import Verdict
 from ._policies import Concurrency, Policy, PolicySet
 from ._slots import Grant, slot_key
@@ -70,10 +68,8 @@ class RedisRateLimitBackend:
 
     def __init__(self, client: Any, *, coalesce: bool = COALESCE) -> None:
         self.client = client
-        self.coalesce = coalesce and not isinstance(client, aioredis.RedisCluster)
-        self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Batcher] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._coalescer = Coalescer(client, coalesce)
+        self.coalesce = self._coalescer.enabled
 
     @classmethod
     def from_url(
@@ -83,13 +79,6 @@ class RedisRateLimitBackend:
         options.setdefault("socket_connect_timeout", timeout)
         options.setdefault("socket_timeout", timeout)
         return cls(aioredis.Redis.from_url(url, **options), coalesce=coalesce)
-
-    def _batcher(self) -> Batcher:
-        loop = asyncio.get_running_loop()
-        batcher = self._batchers.get(loop)
-        if batcher is None:
-            batcher = self._batchers[loop] = Batcher(self.client, loop)
-        return batcher
 
     async def decide(
         self,
@@ -104,10 +93,7 @@ class RedisRateLimitBackend:
         keys, args = decide_call(key, policies, cost, peek, now_us)
         script = decide_script(policies)
         try:
-            if self.coalesce:
-                reply = await self._batcher().run(script, keys, args)
-            else:
-                reply = await script.run(self.client, keys, args)
+            reply = await self._coalescer.run(script, keys, args)
         except UNAVAILABLE as exc:
             raise _unavailable(exc) from exc
         return Verdict.from_reply(reply)

@@ -12,15 +12,17 @@ of round trips (and the client's and server's work per call) goes down.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis import asyncio as aioredis
 from redis import exceptions as redis_errors
 
-from .._scripts import Arg, Script
+from ._scripts import Arg, Script
 
-__all__ = ["Batcher"]
+__all__ = ["Batcher", "Coalescer"]
 
 
 @dataclass(slots=True)
@@ -119,3 +121,32 @@ def _settle(call: _Call, reply: Any) -> None:
         call.future.set_exception(reply)
     else:
         call.future.set_result(reply)
+
+
+class Coalescer:
+    """Script calls on one client, coalesced per event loop (see ``Batcher``).
+
+    Disabled, or on a Cluster client (a pipeline there would span nodes), every
+    call is sent on its own.
+    """
+
+    def __init__(self, client: Any, enabled: bool = True) -> None:
+        self.client = client
+        self.enabled = enabled and not isinstance(client, aioredis.RedisCluster)
+        self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Batcher] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def batcher(self) -> Batcher:
+        """The running loop's batcher."""
+        loop = asyncio.get_running_loop()
+        batcher = self._batchers.get(loop)
+        if batcher is None:
+            batcher = self._batchers[loop] = Batcher(self.client, loop)
+        return batcher
+
+    async def run(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        """Run ``script``, in a shared pipeline if others are in flight."""
+        if not self.enabled:
+            return await script.run(self.client, keys, args)
+        return await self.batcher().run(script, keys, args)
