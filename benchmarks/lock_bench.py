@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import redis
+from _lock_many import MANY, many_keys
 from _lock_phases import (
     Config,
     Result,
@@ -97,6 +98,25 @@ def run(url: str, cfg: Config, private: bool, only: str) -> list[Result]:
     return results
 
 
+def run_many(url: str, cfg: Config, workers: int = 64) -> dict[str, float]:
+    """Median cycles/s of each ``MANY`` row, rounds interleaved like ``run``."""
+    rates: dict[str, list[float]] = {name: [] for name in MANY}
+    for round_ in range(cfg.rounds):
+        for name in list(MANY) if round_ % 2 == 0 else list(MANY)[::-1]:
+            print(f"  round {round_ + 1}/{cfg.rounds}: {name}, {workers} keys", file=sys.stderr)
+            rates[name].append(asyncio.run(many_keys(url, name, workers, cfg.seconds)))
+    return {name: statistics.median(r) for name, r in rates.items()}
+
+
+def many_table(rates: dict[str, float], workers: int) -> str:
+    """The many-keys table, in Markdown."""
+    base = rates["headway async"]
+    rows = [[name, f"{rate:.0f}", f"{rate / base:.2f}"] for name, rate in rates.items()]
+    return f"Uncontended, {workers} async workers on {workers} keys, one client:\n\n" + _markdown(
+        ["lock", "cycles/s", "x headway"], rows
+    )
+
+
 def _quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -152,7 +172,7 @@ def tables(results: list[Result], workers: int) -> str:
     )  # fmt: skip
 
 
-def targets(results: list[Result]) -> str:
+def targets(results: list[Result], many: dict[str, float]) -> str:
     """The issue's targets, measured: met or NOT met, no rounding in headway's favour."""
     r = {x.subject.name: x for x in results}
     med = statistics.median
@@ -178,6 +198,12 @@ def targets(results: list[Result]) -> str:
         f"by cycles/s, {by_median:.2f} x by median latency (target: >= 1.5 both): "
         f"{verdict(min(by_rate, by_median) >= 1.5)}"
     )
+    if many:
+        ratio = many["headway async"] / many["redis-py asyncio Lock"]
+        rows.append(
+            f"- headway async throughput with 64 locks taken concurrently = {ratio:.2f} x "
+            f"redis-py asyncio Lock (target: >= 1.5): {verdict(ratio >= 1.5)}"
+        )
     for name, other in (
         ("headway async", "redis-py asyncio Lock"),
         ("headway sync", "redis-py Lock"),
@@ -210,12 +236,15 @@ def main() -> None:
     with redis_url(args.url) as url:
         version = redis.Redis.from_url(url).info("server")["redis_version"]
         results = run(url, cfg, args.url is None, args.only)
+        many = run_many(url, cfg) if not args.only else {}
     print(f"\nRedis {version}, {cfg.workers} workers, {cfg.rounds} round(s) of "
           f"{cfg.cycles} cycles and {cfg.seconds:g} s of contention each "
           f"(think time {cfg.think * 1000:g} ms), "
           f"{time.monotonic() - began:.0f} s in all\n")  # fmt: skip
     print(tables(results, cfg.workers))
-    print("\nTargets:\n" + targets(results))
+    if many:
+        print("\n" + many_table(many, 64))
+    print("\nTargets:\n" + targets(results, many))
 
 
 if __name__ == "__main__":
