@@ -62,6 +62,22 @@ async def test_retry_is_replayed_not_executed(
     assert await rows(store) == [("order-1", "COMPLETED")]
 
 
+async def test_huge_request_body_is_refused_before_anything_runs(
+    store: RecordStore, bank: Bank
+) -> None:
+    app = make_app(bank, store=store, lock_backend=MemoryLockBackend(), max_request_body=1000)
+    async with connect(app) as client:
+        head = {**A, "idempotency-key": '"big-1"'}
+        big = await client.post("/payments", content=b"x" * 1001, headers=head)
+        fits = await pay(client, '"small-1"')
+    assert big.status_code == 413
+    assert big.headers["content-type"] == "application/problem+json"
+    assert big.json()["type"].endswith("/idempotency-request-too-large")
+    assert fits.status_code == 201
+    assert len(bank.charges) == 1
+    assert await rows(store) == [("small-1", "COMPLETED")]
+
+
 async def test_without_key_requests_pass_through(client: httpx.AsyncClient, bank: Bank) -> None:
     assert (await pay(client, None)).status_code == 201
     assert (await pay(client, None)).status_code == 201

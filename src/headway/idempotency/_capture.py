@@ -56,14 +56,27 @@ class Capture:
             await self._send(final)
 
 
-async def read_body(receive: Receive) -> bytes | None:
-    """The whole request body, or None if the client disconnected first."""
+class BodyTooLarge(Exception):
+    """The request body is longer than the middleware's ``max_request_body``."""
+
+
+async def read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole request body, or None if the client disconnected first.
+
+    The body must be read whole to fingerprint it before deciding anything, so it is
+    bounded: past ``limit`` bytes ``BodyTooLarge`` is raised and nothing more is read.
+    """
     chunks = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             return None
-        chunks.append(message.get("body", b""))
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
 

@@ -12,7 +12,7 @@ from .._errors import BackendUnavailable, LockLost, LockNotAcquired
 from .._http import ASGIApp, Receive, Scope, Send, header_values, send_problem, send_response
 from ..lock import Lease, Lock, LockBackend, MemoryLockBackend
 from ..lock._lease import new_token
-from ._capture import Capture, read_body, replaying
+from ._capture import BodyTooLarge, Capture, read_body, replaying
 from ._lease import RecordLease
 from ._request import (
     InvalidKey,
@@ -50,7 +50,8 @@ class IdempotencyMiddleware:
 
     Responses up to ``max_body`` bytes are stored whole; a larger one is
     recorded as done without its body, and a retry gets 410 (the request is
-    never run twice). 5xx responses are not stored unless
+    never run twice). A request body over ``max_request_body`` bytes gets 413
+    before anything runs (it is read whole to fingerprint it). 5xx responses are not stored unless
     ``store_server_errors``: the record is released so a retry runs again.
     When the database or the lock backend is down the answer is 503 with
     ``Retry-After`` and nothing is recorded; with ``database_fallback`` a lock
@@ -70,6 +71,7 @@ class IdempotencyMiddleware:
         lease_ttl: float = 30.0,
         wait: float = 0.0,
         max_body: int = 1 << 20,
+        max_request_body: int = 10 << 20,
         store_server_errors: bool = False,
         retry_after: int = 1,
         database_fallback: bool = False,
@@ -83,6 +85,7 @@ class IdempotencyMiddleware:
         self.lease_ttl = lease_ttl
         self.wait = wait
         self.max_body = max_body
+        self.max_request_body = max_request_body
         self.store_server_errors = store_server_errors
         self.retry_after = str(retry_after).encode()
         self.database_fallback = database_fallback
@@ -109,7 +112,15 @@ class IdempotencyMiddleware:
                 send, 400, "idempotency-key-malformed", "Malformed Idempotency-Key", str(exc)
             )
             return
-        body = await read_body(receive)
+        try:
+            body = await read_body(receive, self.max_request_body)
+        except BodyTooLarge:
+            await send_problem(
+                send, 413, "idempotency-request-too-large", "Request Too Large",
+                f"A request with an Idempotency-Key may carry at most {self.max_request_body} "
+                "bytes: its body is read whole to fingerprint it. Nothing was done.",
+            )  # fmt: skip
+            return
         if body is None:
             return  # the client left before sending its request
         caller = scope_id(self.scope_function(scope))
