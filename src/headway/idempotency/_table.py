@@ -57,38 +57,44 @@ records = sa.Table(
 
 
 class db_now(sa.sql.expression.FunctionElement[Any]):
-    """The database server's current time plus ``seconds``, in the column's format."""
+    """The database server's current time plus ``seconds``, in the column's format.
+
+    ``seconds`` is a bound argument, so statements using it are cached by SQLAlchemy
+    like any other (a value kept outside the arguments would either defeat the cache
+    or, worse, be frozen into the first compiled statement).
+    """
 
     type = _Timestamp
-    inherit_cache = False
+    inherit_cache = True
 
     def __init__(self, seconds: float = 0.0) -> None:
-        super().__init__()
-        self.seconds = float(seconds)
+        super().__init__(sa.literal(float(seconds), sa.Float()))
+
+
+def _seconds(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    return str(compiler.process(element.clauses, **kw))
 
 
 @compiles(db_now)
 def _default(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
-    seconds = compiler.process(sa.literal(element.seconds, sa.Float()), **kw)
-    return f"(CURRENT_TIMESTAMP + {seconds} * INTERVAL '1 second')"
+    return f"(CURRENT_TIMESTAMP + {_seconds(element, compiler, **kw)} * INTERVAL '1 second')"
 
 
 @compiles(db_now, "postgresql")
 def _postgresql(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
-    seconds = compiler.process(sa.literal(element.seconds, sa.Float()), **kw)
     # clock_timestamp(), not now(): the time of the statement, not of the transaction.
-    return f"(clock_timestamp() + make_interval(secs => {seconds}))"
+    return f"(clock_timestamp() + make_interval(secs => {_seconds(element, compiler, **kw)}))"
 
 
 @compiles(db_now, "sqlite")
 def _sqlite(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
     # The format SQLAlchemy's SQLite DateTime writes, so comparisons stay textual and exact.
-    modifier = compiler.process(sa.literal(f"{element.seconds:+.6f} seconds"), **kw)
+    modifier = f"printf('%+.6f seconds', {_seconds(element, compiler, **kw)})"
     return f"strftime('%Y-%m-%d %H:%M:%f000', 'now', {modifier})"
 
 
 @compiles(db_now, "mysql")
 @compiles(db_now, "mariadb")
 def _mysql(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
-    micros = compiler.process(sa.literal(round(element.seconds * 1e6), sa.BigInteger()), **kw)
+    micros = f"CAST(ROUND({_seconds(element, compiler, **kw)} * 1000000) AS SIGNED)"
     return f"TIMESTAMPADD(MICROSECOND, {micros}, UTC_TIMESTAMP(6))"
