@@ -1,0 +1,361 @@
+"""Idempotency benchmark: replay latency against a primary-key SELECT, first-execution
+overhead over the bare endpoint, and throughput beside asgi-idempotency-header and
+fastapi-idempotency.
+
+    uv run --group bench python benchmarks/idempotency_bench.py [--quick]
+
+Every app is called in process as raw ASGI (no HTTP client, no server), so what is
+measured is the middleware and its storage round trips. PostgreSQL is reached through
+one SQLAlchemy async engine (asyncpg) shared by headway's RecordStore and the
+baseline SELECT; Redis is a private ``redis-server`` started through tests/servers.py,
+so its ``INFO commandstats`` counts only this run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+import sqlalchemy as sa
+from _idem_apps import BUILDERS, SUBJECTS
+from redis import asyncio as aioredis
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from headway.idempotency import RecordStore, records
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.servers import RedisServers
+
+DATABASE_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/hw_ibench"
+BODY = b'{"amount": 100}'
+
+
+@dataclass(frozen=True)
+class Config:
+    rounds: int
+    sequential: int  # timed requests per latency row and round
+    concurrent: int  # requests per throughput row and round
+    tasks: int = 16
+    replay_keys: int = 64  # distinct keys the replay throughput cycles through
+    warmup: int = 50
+
+
+FULL = Config(rounds=3, sequential=1000, concurrent=2000)
+QUICK = Config(rounds=1, sequential=200, concurrent=400, warmup=20)
+
+
+@dataclass
+class Samples:
+    latencies: list[float] = field(default_factory=list)  # seconds
+    rates: list[float] = field(default_factory=list)  # requests/s, one per round
+
+    def p50(self) -> float:
+        return statistics.median(self.latencies)
+
+    def p99(self) -> float:
+        return statistics.quantiles(self.latencies, n=100)[98]
+
+    def rate(self) -> float:
+        return statistics.median(self.rates)
+
+
+# -- raw ASGI calls --------------------------------------------------------------------------
+
+_keys = itertools.count()
+
+
+def fresh_key() -> str:
+    return f"bench-{time.time_ns()}-{next(_keys)}"
+
+
+async def call(app: Any, key: str | None) -> tuple[int, bool]:
+    """POST /payments with ``key``; (status, whether the answer says it is a replay)."""
+    headers = [(b"host", b"bench"), (b"content-type", b"application/json")]
+    if key is not None:
+        headers.append((b"idempotency-key", f'"{key}"'.encode()))
+    scope = {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+        "method": "POST", "scheme": "http", "path": "/payments", "raw_path": b"/payments",
+        "root_path": "", "query_string": b"", "headers": headers,
+        "client": ("127.0.0.1", 50000), "server": ("bench", 80),
+    }  # fmt: skip
+    sent = False
+    status, replayed = 0, False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            await asyncio.Event().wait()  # the client never disconnects
+        sent = True
+        return {"type": "http.request", "body": BODY, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status, replayed
+        if message["type"] == "http.response.start":
+            status = message["status"]
+            replayed = any(k.lower() == b"idempotent-replayed" for k, _ in message["headers"])
+
+    await app(scope, receive, send)
+    return status, replayed
+
+
+# -- round-trip counting ---------------------------------------------------------------------
+
+
+class Counts:
+    sql = 0  # statements (before_cursor_execute)
+    transactions = 0  # each one costs a BEGIN and a COMMIT/ROLLBACK round trip on asyncpg
+    redis_writes = 0  # requests the Redis client wrote (a pipeline is one)
+
+
+class CountingConnection(aioredis.Connection):
+    async def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
+        Counts.redis_writes += 1
+        await super().send_packed_command(*args, **kwargs)
+
+
+def count_sql(engine: AsyncEngine) -> None:
+    def statement(*_: Any) -> None:
+        Counts.sql += 1
+
+    def begin(*_: Any) -> None:
+        Counts.transactions += 1
+
+    sa.event.listen(engine.sync_engine, "before_cursor_execute", statement)
+    sa.event.listen(engine.sync_engine, "begin", begin)
+
+
+def server_commands(client: redis.Redis) -> int:
+    stats = client.info("commandstats")
+    return sum(int(v["calls"]) for v in stats.values())
+
+
+@dataclass
+class PerRequest:
+    sql: float
+    transactions: float
+    pg_round_trips: float
+    redis_writes: float
+    redis_commands: float
+
+
+@contextmanager
+def counted(info: redis.Redis, n: int, into: list[PerRequest]) -> Iterator[None]:
+    before = (Counts.sql, Counts.transactions, Counts.redis_writes, server_commands(info))
+    yield
+    after = (Counts.sql, Counts.transactions, Counts.redis_writes, server_commands(info))
+    sql, tx, writes, cmds = (a - b for a, b in zip(after, before, strict=True))
+    cmds -= 1  # the first INFO counts itself
+    into.append(PerRequest(sql / n, tx / n, (sql + 2 * tx) / n, writes / n, cmds / n))
+
+
+# -- phases ----------------------------------------------------------------------------------
+
+
+async def timed(into: Samples, n: int, op: Any) -> None:
+    for _ in range(n):
+        start = time.perf_counter()
+        await op()
+        into.latencies.append(time.perf_counter() - start)
+
+
+async def latency_round(
+    apps: dict[str, Any], engine: AsyncEngine, config: Config, info: redis.Redis, out: Results
+) -> None:
+    bare, headway = apps["bare"], apps["headway"]
+    replay_key = fresh_key()
+    assert await call(headway, replay_key) == (201, False)
+    scope_, key_ = await _first_row(engine, replay_key)
+    pk = sa.select(records).where(records.c.scope == scope_, records.c.key == key_)
+    store = RecordStore(engine)
+
+    async def pk_select() -> None:
+        async with engine.connect() as conn:
+            assert (await conn.execute(pk)).first() is not None
+
+    async def store_get() -> None:
+        assert await store.get(scope_, key_) is not None
+
+    async def bare_call() -> None:
+        assert await call(bare, fresh_key()) == (201, False)
+
+    async def replay() -> None:
+        assert await call(headway, replay_key) == (201, True)
+
+    async def first() -> None:
+        assert await call(headway, fresh_key()) == (201, False)
+
+    rows = {
+        "PK SELECT (engine.connect)": pk_select,
+        "RecordStore.get": store_get,
+        "bare endpoint": bare_call,
+        "headway replay": replay,
+        "headway first execution": first,
+    }
+    for name, op in rows.items():
+        for _ in range(config.warmup):
+            await op()
+        with counted(info, config.sequential, out.counts.setdefault(name, [])):
+            await timed(out.latency.setdefault(name, Samples()), config.sequential, op)
+
+
+async def _first_row(engine: AsyncEngine, key: str) -> tuple[str, str]:
+    async with engine.connect() as conn:
+        row = (await conn.execute(sa.select(records).where(records.c.key == key))).one()
+    return row.scope, row.key
+
+
+async def throughput_round(apps: dict[str, Any], config: Config, out: Results) -> None:
+    per_task = config.concurrent // config.tasks
+    for subject, app in apps.items():
+        # First executions: every request its own key.
+        async def firsts(app: Any = app) -> None:
+            for _ in range(per_task):
+                status, _replayed = await call(app, fresh_key())
+                assert status == 201, status
+
+        start = time.perf_counter()
+        await asyncio.gather(*(firsts() for _ in range(config.tasks)))
+        rate = per_task * config.tasks / (time.perf_counter() - start)
+        out.throughput.setdefault((subject, "first"), Samples()).rates.append(rate)
+
+        # Replays: a few keys, each completed once beforehand, then requested over and over.
+        keys = [fresh_key() for _ in range(config.replay_keys)]
+        for key in keys:
+            assert (await call(app, key))[0] == 201
+        replayed = 0
+
+        async def replays(offset: int, app: Any = app, keys: list[str] = keys) -> None:
+            nonlocal replayed
+            for i in range(per_task):
+                status, is_replay = await call(app, keys[(offset + i) % len(keys)])
+                assert status == 201, status
+                replayed += is_replay
+
+        start = time.perf_counter()
+        await asyncio.gather(*(replays(t) for t in range(config.tasks)))
+        rate = per_task * config.tasks / (time.perf_counter() - start)
+        out.throughput.setdefault((subject, "replay"), Samples()).rates.append(rate)
+        if subject != "bare":
+            assert replayed == per_task * config.tasks, (subject, replayed)
+
+
+@dataclass
+class Results:
+    latency: dict[str, Samples] = field(default_factory=dict)
+    counts: dict[str, list[PerRequest]] = field(default_factory=dict)
+    throughput: dict[tuple[str, str], Samples] = field(default_factory=dict)
+
+
+# -- report ----------------------------------------------------------------------------------
+
+
+def us(seconds: float) -> str:
+    return f"{seconds * 1e6:.0f}"
+
+
+def report(out: Results, config: Config) -> str:
+    lines = [f"rounds={config.rounds} sequential={config.sequential} "
+             f"concurrent={config.concurrent} tasks={config.tasks}", ""]  # fmt: skip
+    pk = out.latency["PK SELECT (engine.connect)"]
+    bare = out.latency["bare endpoint"]
+    lines += [
+        "| row | p50 µs | p99 µs | p50 x PK SELECT | SQL stmts | transactions "
+        "| PG round trips | Redis writes | Redis cmds |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, samples in out.latency.items():
+        c = out.counts[name]
+        avg = PerRequest(
+            *(statistics.mean(getattr(x, f) for x in c) for f in PerRequest.__dataclass_fields__)
+        )
+        lines.append(
+            f"| {name} | {us(samples.p50())} | {us(samples.p99())} "
+            f"| {samples.p50() / pk.p50():.2f} | {avg.sql:.2f} | {avg.transactions:.2f} "
+            f"| {avg.pg_round_trips:.2f} | {avg.redis_writes:.2f} | {avg.redis_commands:.2f} |"
+        )
+    replay, first = out.latency["headway replay"], out.latency["headway first execution"]
+    lines += [
+        "",
+        f"replay / PK SELECT: p50 {replay.p50() / pk.p50():.2f}x, "
+        f"p99 {replay.p99() / pk.p99():.2f}x",
+        f"first execution over bare: p50 +{us(first.p50() - bare.p50())} µs "
+        f"({first.p50() / bare.p50():.1f}x), p99 +{us(first.p99() - bare.p99())} µs",
+        "",
+        "| subject | first executions req/s | replays req/s | storage |",
+        "| --- | --- | --- | --- |",
+    ]
+    for subject, what in SUBJECTS.items():
+        lines.append(
+            f"| {subject} | {out.throughput[(subject, 'first')].rate():.0f} "
+            f"| {out.throughput[(subject, 'replay')].rate():.0f} | {what} |"
+        )
+    return "\n".join(lines)
+
+
+# -- set-up ----------------------------------------------------------------------------------
+
+
+@contextmanager
+def private_redis() -> Iterator[str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server not on PATH")
+    with tempfile.TemporaryDirectory() as folder:
+        servers = RedisServers(binary, Path(folder))
+        try:
+            yield f"redis://127.0.0.1:{servers.start().port}/0"
+        finally:
+            servers.stop_all()
+
+
+async def run(redis_url: str, database_url: str, config: Config) -> str:
+    engine = create_async_engine(database_url, pool_size=20)
+    count_sql(engine)
+    pool = aioredis.ConnectionPool.from_url(redis_url, connection_class=CountingConnection)
+    client = aioredis.Redis(connection_pool=pool)
+    info = redis.Redis.from_url(redis_url)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(records.create, checkfirst=True)
+            await conn.execute(records.delete())
+        apps = {name: build(engine, client) for name, build in BUILDERS.items()}
+        out = Results()
+        for r in range(config.rounds):
+            print(f"round {r + 1}/{config.rounds}", file=sys.stderr)
+            await latency_round(apps, engine, config, info, out)
+            order = dict(list(apps.items())[::-1] if r % 2 else apps)
+            await throughput_round(order, config, out)
+        return report(out, config)
+    finally:
+        await client.aclose()
+        info.close()
+        await engine.dispose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="one short round")
+    parser.add_argument("--database-url", default=DATABASE_URL)
+    args = parser.parse_args()
+    config = QUICK if args.quick else FULL
+    started = time.perf_counter()
+    with private_redis() as url:
+        print(asyncio.run(run(url, args.database_url, config)))
+    print(f"\n({time.perf_counter() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
