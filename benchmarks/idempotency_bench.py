@@ -30,6 +30,7 @@ from typing import Any
 import redis
 import sqlalchemy as sa
 from _idem_apps import BUILDERS, SUBJECTS
+from _stats import Samples
 from redis import asyncio as aioredis
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -54,21 +55,6 @@ class Config:
 
 FULL = Config(rounds=3, sequential=1000, concurrent=2000)
 QUICK = Config(rounds=1, sequential=200, concurrent=400, warmup=20)
-
-
-@dataclass
-class Samples:
-    latencies: list[float] = field(default_factory=list)  # seconds
-    rates: list[float] = field(default_factory=list)  # requests/s, one per round
-
-    def p50(self) -> float:
-        return statistics.median(self.latencies)
-
-    def p99(self) -> float:
-        return statistics.quantiles(self.latencies, n=100)[98]
-
-    def rate(self) -> float:
-        return statistics.median(self.rates)
 
 
 # -- raw ASGI calls --------------------------------------------------------------------------

@@ -27,14 +27,13 @@ import contextlib
 import os
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -43,6 +42,7 @@ from _mw_apps import HUGE, SUBJECTS, build
 from redis import asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _stats import Samples
 from tests.servers import RedisServers, free_port
 
 from headway.ratelimit import FixedWindow, RateLimiter, RedisRateLimitBackend
@@ -61,21 +61,6 @@ class Config:
 
 FULL = Config(rounds=3, sequential=2000, concurrent=4000)
 QUICK = Config(rounds=1, sequential=300, concurrent=600, warmup=50)
-
-
-@dataclass
-class Samples:
-    latencies: list[float] = field(default_factory=list)  # seconds
-    rates: list[float] = field(default_factory=list)  # requests/s, one per round
-
-    def p50(self) -> float:
-        return statistics.median(self.latencies)
-
-    def p99(self) -> float:
-        return statistics.quantiles(self.latencies, n=100)[98]
-
-    def rate(self) -> float:
-        return statistics.median(self.rates)
 
 
 # -- in-process: the ASGI app called directly ------------------------------------------------
