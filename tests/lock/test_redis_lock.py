@@ -21,7 +21,7 @@ from headway import (
     SyncLock,
     SyncRedisLockBackend,
 )
-from headway.lock._redis import _RELEASE, lock_keys, release_call
+from headway.lock._redis import RELEASE, lock_keys, release_call
 from tests.servers import RedisServers, free_port
 
 pytestmark = pytest.mark.anyio
@@ -128,9 +128,9 @@ async def test_a_retried_release_is_not_reported_as_lost(
     lock = Lock(backend, "r", ttl=5)
     lease = await lock.acquire()
     keys, args = release_call("r", lease.token)
-    assert await _RELEASE.run(redis_client, keys, args) == 1
+    assert await RELEASE.run(redis_client, keys, args) == 1
     successor = await lock.acquire(timeout=0)
-    assert await _RELEASE.run(redis_client, keys, args) == 1  # the retry: still "released"
+    assert await RELEASE.run(redis_client, keys, args) == 1  # the retry: still "released"
     with pytest.raises(LockNotAcquired):  # ... and the successor was not touched
         await lock.acquire(timeout=0)
     with pytest.raises(LockNotOwned):  # a second release *call* is still refused

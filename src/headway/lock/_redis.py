@@ -35,10 +35,10 @@ log = logging.getLogger("headway.lock")
 
 T = TypeVar("T")
 
-_ACQUIRE = Script("lock_acquire")
-_RELEASE = Script("lock_release")
-_EXTEND = Script("lock_extend")
-_LEAVE = Script("lock_leave")
+ACQUIRE = Script("lock_acquire")
+RELEASE = Script("lock_release")
+EXTEND = Script("lock_extend")
+LEAVE = Script("lock_leave")
 
 #: Errors that mean "Redis is not answering", as opposed to a bug in a request.
 UNAVAILABLE: tuple[type[BaseException], ...] = (
@@ -274,20 +274,20 @@ class RedisLockBackend(QueuedBackend):
 
     async def _try(self, resource: str, step: Try) -> Attempt:
         keys, args = acquire_call(resource, step)
-        return Attempt.from_reply(await self._call(_ACQUIRE, keys, args))
+        return Attempt.from_reply(await self._call(ACQUIRE, keys, args))
 
     async def _release(self, resource: str, token: str) -> bool:
         keys, args = release_call(resource, token)
-        return bool(await self._call(_RELEASE, keys, args))
+        return bool(await self._call(RELEASE, keys, args))
 
     async def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:
         keys = [lock_keys(resource).owner]
-        return bool(await self._call(_EXTEND, keys, [token, ttl_ms]))
+        return bool(await self._call(EXTEND, keys, [token, ttl_ms]))
 
     async def _leave(self, resource: str, waiter: str) -> None:
         k = lock_keys(resource)
         keys, args = [k.owner, k.queue, k.places], [waiter, k.channel]
-        await self._call(_LEAVE, keys, args)
+        await self._call(LEAVE, keys, args)
 
     def _listen(self, resource: str, waiter: str) -> contextlib.AbstractAsyncContextManager[Any]:
         return self._waker.listen(lock_keys(resource).channel, waiter)
@@ -326,20 +326,20 @@ class SyncRedisLockBackend(SyncQueuedBackend):
 
     def _try(self, resource: str, step: Try) -> Attempt:
         keys, args = acquire_call(resource, step)
-        return Attempt.from_reply(self._call(lambda: _ACQUIRE.run_sync(self.client, keys, args)))
+        return Attempt.from_reply(self._call(lambda: ACQUIRE.run_sync(self.client, keys, args)))
 
     def _release(self, resource: str, token: str) -> bool:
         keys, args = release_call(resource, token)
-        return bool(self._call(lambda: _RELEASE.run_sync(self.client, keys, args)))
+        return bool(self._call(lambda: RELEASE.run_sync(self.client, keys, args)))
 
     def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:
         keys = [lock_keys(resource).owner]
-        return bool(self._call(lambda: _EXTEND.run_sync(self.client, keys, [token, ttl_ms])))
+        return bool(self._call(lambda: EXTEND.run_sync(self.client, keys, [token, ttl_ms])))
 
     def _leave(self, resource: str, waiter: str) -> None:
         k = lock_keys(resource)
         keys, args = [k.owner, k.queue, k.places], [waiter, k.channel]
-        self._call(lambda: _LEAVE.run_sync(self.client, keys, args))
+        self._call(lambda: LEAVE.run_sync(self.client, keys, args))
 
     def _listen(self, resource: str, waiter: str) -> contextlib.AbstractContextManager[Any]:
         return self._waker.listen(lock_keys(resource).channel, waiter)

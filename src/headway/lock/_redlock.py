@@ -58,13 +58,10 @@ from .._scripts import Script
 from ._backend import complete
 from ._flow import Attempt, Try
 from ._lease import Lease, _finite_seconds, check_timeout, check_ttl, new_token
-from ._redis import UNAVAILABLE, acquire_call, lock_keys, release_call
+from ._redis import ACQUIRE, EXTEND, RELEASE, UNAVAILABLE, acquire_call, lock_keys, release_call
 
 __all__ = ["RedlockBackend"]
 
-_ACQUIRE = Script("lock_acquire")
-_RELEASE = Script("lock_release")
-_EXTEND = Script("lock_extend")
 _FENCE_RAISE = Script("lock_fence_raise")
 
 #: A node that answers with an error (out of memory, read-only replica) is a no, like one that
@@ -175,14 +172,14 @@ class RedlockBackend:
 
     async def _release_all(self, resource: str, token: str) -> list[Any]:
         keys, args = release_call(resource, token)
-        return await self._everywhere(lambda c: _RELEASE.run(c, keys, args))
+        return await self._everywhere(lambda c: RELEASE.run(c, keys, args))
 
     async def _round(self, resource: str, ttl_ms: int) -> Lease | str:
         """One acquire round; on failure it is undone everywhere and the reason returned."""
         token = new_token()
         keys, args = acquire_call(resource, Try(token, ttl_ms, "", 0))
         sent = self.clock()
-        replies = await self._everywhere(lambda c: _ACQUIRE.run(c, keys, args))
+        replies = await self._everywhere(lambda c: ACQUIRE.run(c, keys, args))
         attempts = {
             i: Attempt.from_reply(r) for i, r in enumerate(replies) if not isinstance(r, Exception)
         }
@@ -255,7 +252,7 @@ class RedlockBackend:
         ttl_ms = check_ttl(ttl)
         keys = [lock_keys(lease.resource).owner]
         sent = self.clock()
-        replies = await self._everywhere(lambda c: _EXTEND.run(c, keys, [lease.token, ttl_ms]))
+        replies = await self._everywhere(lambda c: EXTEND.run(c, keys, [lease.token, ttl_ms]))
         self._check(lease, replies, "extend")
         deadline = sent + ttl_ms / 1000 - self._drift(ttl_ms)
         if self.clock() >= deadline:
