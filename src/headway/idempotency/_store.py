@@ -88,6 +88,15 @@ def _where(scope: str, key: str) -> sa.ColumnElement[bool]:
     return sa.and_(records.c.scope == scope, records.c.key == key)
 
 
+def _ours(scope: str, key: str, fence: int) -> sa.ColumnElement[bool]:
+    """The record, still PROCESSING under our fencing token: every fenced write's condition."""
+    return sa.and_(
+        _where(scope, key),
+        records.c.fence == fence,
+        records.c.status == Status.PROCESSING.value,
+    )
+
+
 class RecordStore:
     """Idempotency records in SQL (PostgreSQL, SQLite, MySQL/MariaDB).
 
@@ -242,11 +251,7 @@ class RecordStore:
         """
         update = (
             records.update()
-            .where(
-                _where(scope, key),
-                records.c.fence == fence,
-                records.c.status == Status.PROCESSING.value,
-            )
+            .where(_ours(scope, key, fence))
             .values(lease_expires_at=db_now(lease_ttl))
         )
 
@@ -263,11 +268,7 @@ class RecordStore:
         """
         update = (
             records.update()
-            .where(
-                _where(scope, key),
-                records.c.fence == fence,
-                records.c.status == Status.PROCESSING.value,
-            )
+            .where(_ours(scope, key, fence))
             .values(
                 status=Status.COMPLETED.value,
                 lease_token=None,
@@ -286,11 +287,7 @@ class RecordStore:
 
     async def release(self, scope: str, key: str, fence: int) -> bool:
         """Delete our PROCESSING record so a retry runs again; False if it is not ours."""
-        delete = records.delete().where(
-            _where(scope, key),
-            records.c.fence == fence,
-            records.c.status == Status.PROCESSING.value,
-        )
+        delete = records.delete().where(_ours(scope, key, fence))
 
         async def op(conn: AsyncConnection) -> bool:
             return (await conn.execute(delete)).rowcount == 1
