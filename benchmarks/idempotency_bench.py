@@ -16,10 +16,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,7 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from headway.idempotency import RecordStore, records
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.servers import RedisServers
+from tests.servers import private_redis
 
 DATABASE_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/hw_ibench"
 BODY = b'{"amount": 100}'
@@ -292,19 +290,6 @@ def report(out: Results, config: Config) -> str:
 
 
 # -- set-up ----------------------------------------------------------------------------------
-
-
-@contextmanager
-def private_redis() -> Iterator[str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server not on PATH")
-    with tempfile.TemporaryDirectory() as folder:
-        servers = RedisServers(binary, Path(folder))
-        try:
-            yield f"redis://127.0.0.1:{servers.start().port}/0"
-        finally:
-            servers.stop_all()
 
 
 async def run(redis_url: str, database_url: str, config: Config) -> str:

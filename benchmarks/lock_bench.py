@@ -28,10 +28,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -51,7 +49,7 @@ from _lock_phases import (
 from _lock_subjects import BASELINE, SUBJECTS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.servers import RedisServers
+from tests.servers import private_redis
 
 FULL = Config(rounds=3, cycles=1000, counted=200, workers=8, seconds=1.5)
 QUICK = Config(rounds=1, cycles=300, counted=100, workers=8, seconds=0.5)
@@ -66,15 +64,8 @@ def redis_url(url: str | None) -> Iterator[str]:
     if url is not None:
         yield url
         return
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server is not on PATH: pass --url redis://HOST:PORT/DB")
-    with tempfile.TemporaryDirectory() as folder:
-        servers = RedisServers(binary, Path(folder))
-        try:
-            yield f"redis://127.0.0.1:{servers.start().port}/7"
-        finally:
-            servers.stop_all()
+    with private_redis(db=7) as private:
+        yield private
 
 
 def run(url: str, cfg: Config, private: bool, only: str) -> list[Result]:

@@ -25,11 +25,9 @@ import argparse
 import asyncio
 import contextlib
 import os
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,7 +41,7 @@ from redis import asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _stats import Samples
-from tests.servers import RedisServers, free_port
+from tests.servers import free_port, private_redis
 
 from headway.ratelimit import FixedWindow, RateLimiter, RedisRateLimitBackend
 
@@ -245,15 +243,8 @@ def redis_url(url: str | None) -> Iterator[tuple[str, bool]]:
     if url is not None:
         yield url, False
         return
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server is not on PATH (or pass --url)")
-    with tempfile.TemporaryDirectory() as folder:
-        servers = RedisServers(binary, Path(folder))
-        try:
-            yield servers.start().url, True
-        finally:
-            servers.stop_all()
+    with private_redis() as private:
+        yield private, True
 
 
 @contextmanager

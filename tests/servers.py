@@ -5,10 +5,13 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,3 +144,17 @@ class RedisServers:
             finally:
                 client.close()
         return nodes
+
+
+@contextlib.contextmanager
+def private_redis(db: int = 0) -> Iterator[str]:
+    """The URL of a redis-server started for the caller alone, stopped on exit (benchmarks)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server is not on PATH (or pass --url to use a running Redis)")
+    with tempfile.TemporaryDirectory() as folder:
+        servers = RedisServers(binary, Path(folder))
+        try:
+            yield f"redis://127.0.0.1:{servers.start().port}/{db}"
+        finally:
+            servers.stop_all()
