@@ -19,6 +19,10 @@ __all__ = ["Script"]
 Arg = str | int | float | bytes
 
 
+def _bulks(*parts: bytes) -> bytes:
+    return b"".join(b"$%d\r\n%b\r\n" % (len(part), part) for part in parts)
+
+
 class Script:
     """One Lua script from the package, callable on async and sync clients."""
 
@@ -33,6 +37,9 @@ class Script:
         parts = [*include, name]
         self.source = "\n".join((folder / f"{part}.lua").read_text("utf-8") for part in parts)
         self.sha = hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
+        # Packed RESP prefixes of EVALSHA / EVAL of this script, for ``_wire``.
+        self.evalsha_head = _bulks(b"EVALSHA", self.sha.encode())
+        self.eval_head = _bulks(b"EVAL", self.source.encode())
 
     async def run(self, client: Any, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         """Run on a ``redis.asyncio`` client (single node or Cluster)."""

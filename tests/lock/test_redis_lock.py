@@ -77,9 +77,9 @@ async def test_concurrent_locks_share_pipelined_round_trips(
 ) -> None:
     locks = [Lock(backend, f"order/{i}", ttl=5) for i in range(200)]
     leases = await asyncio.gather(*(lock.acquire(timeout=0) for lock in locks))
-    batcher = backend._coalescer.batcher()
-    assert batcher.calls == 200
-    assert batcher.round_trips <= 20  # coalesced, not one round trip each
+    wire = backend._wires.wire()
+    assert wire.requests == 200
+    assert wire.writes <= 20  # coalesced, not one write each
     for lease in leases:  # every grant is real, and each lock has its own
         assert await redis_client.get(lock_keys(lease.resource).owner) == lease.token.encode()
     await asyncio.gather(*(lock.release(lease) for lock, lease in zip(locks, leases, strict=True)))

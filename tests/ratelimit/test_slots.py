@@ -233,13 +233,13 @@ def test_bad_arguments() -> None:
 
 @pytest.mark.redis
 async def test_a_release_cancelled_before_it_was_sent_still_releases(redis_url: str) -> None:
-    # One connection, busy with a blocking call: the release waits for it, and is
-    # cancelled before a byte of it was sent.
+    # Through redis-py, on one connection busy with a blocking call: the release
+    # waits for it, and is cancelled before a byte of it was sent.
     pool = aioredis.BlockingConnectionPool.from_url(redis_url, max_connections=1)
     client = aioredis.Redis.from_pool(pool)
     try:
         limiter = ConcurrencyLimiter(
-            Concurrency(1), backend=RedisRateLimitBackend(client), budget=5
+            Concurrency(1), backend=RedisRateLimitBackend(client, coalesce=False), budget=5
         )
         admission = await limiter.acquire("k")
         busy = asyncio.ensure_future(client.blpop(["headway-test-nothing"], timeout=0.5))
@@ -258,3 +258,27 @@ async def test_a_release_cancelled_before_it_was_sent_still_releases(redis_url: 
         assert await client.zcard(slot_key("k", limiter.policy)) == 0
     finally:
         await client.aclose()
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("turns", [1, 2, 3])
+async def test_a_release_cancelled_on_the_pipelined_connection_still_releases(
+    redis_client: aioredis.Redis, turns: int
+) -> None:
+    # On headway's own connection a release is written before its first await, so a
+    # cancellation at any later point cannot stop it.
+    backend = RedisRateLimitBackend(redis_client)
+    limiter = ConcurrencyLimiter(Concurrency(1), backend=backend, budget=5)
+    try:
+        admission = await limiter.acquire("k")
+        assert backend._wires.ready() is not None
+        release = asyncio.create_task(limiter.release(admission))
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        release.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await release
+        # Calls on one connection run in order: the release ran before this acquire.
+        assert (await limiter.acquire("k")).allowed
+    finally:
+        await backend.aclose()

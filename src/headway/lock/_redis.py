@@ -20,11 +20,11 @@ import redis
 from redis import asyncio as aioredis
 from redis import exceptions as redis_errors
 
-from .._batch import Coalescer
 from .._clock import Clock
 from .._errors import BackendUnavailable
 from .._keys import tagged
 from .._scripts import Script
+from .._wire import Wires, forget
 from ._backend import QueuedBackend, SyncQueuedBackend
 from ._flow import Attempt, Try
 from ._sync_waker import SyncWaker
@@ -71,6 +71,12 @@ def release_call(resource: str, token: str) -> tuple[list[str], list[Any]]:
     """Keys and arguments of one ``lock_release`` call (each call gets its own id)."""
     k = lock_keys(resource)
     return [k.owner, k.queue, k.places, k.released], [token, k.channel, secrets.token_hex(8)]
+
+
+def leave_call(resource: str, waiter: str) -> tuple[list[str], list[Any]]:
+    """Keys and arguments of one ``lock_leave`` call."""
+    k = lock_keys(resource)
+    return [k.owner, k.queue, k.places], [waiter, k.channel]
 
 
 def acquire_call(resource: str, step: Try, floor: int = 0) -> tuple[list[str], list[Any]]:
@@ -235,9 +241,11 @@ class RedisLockBackend(QueuedBackend):
     """Locks on one Redis server or a Redis Cluster (``redis.asyncio`` client).
 
     ``timeout`` bounds every round trip: a Redis that is down or stalled raises
-    ``BackendUnavailable`` within it. With ``coalesce`` (the default), calls made
-    concurrently on one event loop (many locks taken at once) share pipelined
-    round trips; a lone call is sent at once, alone. Ignored on a Cluster client.
+    ``BackendUnavailable`` within it. With ``coalesce`` (the default), the lock
+    scripts go over one pipelined connection per event loop that headway drives
+    itself (see ``_wire``): a lone call is written at once, calls made
+    concurrently share writes. ``coalesce=False``, or a Cluster client, sends
+    every call through redis-py.
     """
 
     name = "redis"
@@ -253,7 +261,7 @@ class RedisLockBackend(QueuedBackend):
         super().__init__(clock)
         self.client = client
         self.timeout = timeout
-        self._coalescer = Coalescer(client, coalesce)
+        self._wires = Wires(client, coalesce)
         self._waker = _Waker(client, timeout)
 
     @classmethod
@@ -265,16 +273,34 @@ class RedisLockBackend(QueuedBackend):
         options.setdefault("socket_timeout", timeout)
         return cls(aioredis.Redis.from_url(url, **options), timeout=timeout, coalesce=coalesce)
 
-    async def _call(self, script: Script, keys: list[str], args: list[Any]) -> Any:
+    async def _call(
+        self,
+        script: Script,
+        keys: list[str],
+        args: list[Any],
+        orphan: Callable[[Any], object] | None = None,
+    ) -> Any:
         try:
             async with asyncio.timeout(self.timeout):
-                return await self._coalescer.run(script, keys, args)
+                return await self._wires.call(script, keys, args, orphan)
         except UNAVAILABLE as exc:
             raise _unavailable(exc, self.timeout) from exc
 
+    def _shielded(self) -> bool:
+        return self._wires.ready() is not None
+
     async def _try(self, resource: str, step: Try) -> Attempt:
+        def orphan(reply: Any) -> None:  # what the driver's ``undo`` does, without a task
+            wire = self._wires.ready()
+            if wire is None:
+                return  # the connection is gone: the grant or the place expires
+            if Attempt.from_reply(reply).granted:
+                forget(wire.submit(RELEASE, *release_call(resource, step.token)))
+            elif step.waiter:
+                forget(wire.submit(LEAVE, *leave_call(resource, step.waiter)))
+
         keys, args = acquire_call(resource, step)
-        return Attempt.from_reply(await self._call(ACQUIRE, keys, args))
+        return Attempt.from_reply(await self._call(ACQUIRE, keys, args, orphan))
 
     async def _release(self, resource: str, token: str) -> bool:
         keys, args = release_call(resource, token)
@@ -285,9 +311,7 @@ class RedisLockBackend(QueuedBackend):
         return bool(await self._call(EXTEND, keys, [token, ttl_ms]))
 
     async def _leave(self, resource: str, waiter: str) -> None:
-        k = lock_keys(resource)
-        keys, args = [k.owner, k.queue, k.places], [waiter, k.channel]
-        await self._call(LEAVE, keys, args)
+        await self._call(LEAVE, *leave_call(resource, waiter))
 
     def _listen(self, resource: str, waiter: str) -> contextlib.AbstractAsyncContextManager[Any]:
         return self._waker.listen(lock_keys(resource).channel, waiter)
@@ -296,8 +320,12 @@ class RedisLockBackend(QueuedBackend):
         return self._waker.ready(lock_keys(resource).channel)
 
     async def aclose(self) -> None:
-        """Stop the wake-up listener (the client itself stays the caller's)."""
+        """Stop the wake-up listener and return headway's connection to the client's pool.
+
+        The client itself stays the caller's.
+        """
         await self._waker.aclose()
+        await self._wires.aclose()
 
 
 class SyncRedisLockBackend(SyncQueuedBackend):
@@ -337,8 +365,7 @@ class SyncRedisLockBackend(SyncQueuedBackend):
         return bool(self._call(lambda: EXTEND.run_sync(self.client, keys, [token, ttl_ms])))
 
     def _leave(self, resource: str, waiter: str) -> None:
-        k = lock_keys(resource)
-        keys, args = [k.owner, k.queue, k.places], [waiter, k.channel]
+        keys, args = leave_call(resource, waiter)
         self._call(lambda: LEAVE.run_sync(self.client, keys, args))
 
     def _listen(self, resource: str, waiter: str) -> contextlib.AbstractContextManager[Any]:

@@ -9,15 +9,15 @@ Concurrency slots are one EVALSHA per acquire, release or renewal.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
 from redis import asyncio as aioredis
 
-from .._batch import Coalescer
 from .._errors import BackendUnavailable
 from .._scripts import Script
+from .._wire import Wires, forget
 from ..lock._redis import UNAVAILABLE
 from ._backend import decide_call, state_keys
 from ._model import Verdict
@@ -34,7 +34,7 @@ ALGORITHMS = {
     5: "rl_sliding_counter",
 }
 _DECIDE: dict[tuple[int, ...], Script] = {}
-#: Whether decisions are coalesced into pipelines unless a backend is told otherwise.
+#: Whether calls go over headway's pipelined connection (``_wire``) unless told otherwise.
 COALESCE = True
 SLOT_ACQUIRE = Script("rl_slot_acquire")
 SLOT_RELEASE = Script("rl_slot_release")
@@ -60,16 +60,18 @@ class RedisRateLimitBackend:
 
     The latency budget is the limiter's (``RateLimiter(budget=...)``); connection
     and socket timeouts on the client bound what the budget cannot interrupt.
-    With ``coalesce``, decisions made concurrently on one event loop share
-    pipelined round trips (see ``_batch``); on a Cluster client it is ignored.
+    With ``coalesce`` (the default), the scripts go over one pipelined connection
+    per event loop that headway drives itself (see ``_wire``): a lone decision is
+    written at once, decisions made concurrently share writes. ``coalesce=False``,
+    or a Cluster client, sends every call through redis-py.
     """
 
     name = "redis"
 
     def __init__(self, client: Any, *, coalesce: bool = COALESCE) -> None:
         self.client = client
-        self._coalescer = Coalescer(client, coalesce)
-        self.coalesce = self._coalescer.enabled
+        self._wires = Wires(client, coalesce)
+        self.coalesce = self._wires.enabled
 
     @classmethod
     def from_url(
@@ -93,10 +95,14 @@ class RedisRateLimitBackend:
         keys, args = decide_call(key, policies, cost, peek, now_us)
         script = decide_script(policies)
         try:
-            reply = await self._coalescer.run(script, keys, args)
+            reply = await self._wires.call(script, keys, args)
         except UNAVAILABLE as exc:
             raise _unavailable(exc) from exc
         return Verdict.from_reply(reply)
+
+    async def aclose(self) -> None:
+        """Return headway's connection to the client's pool (the client stays the caller's)."""
+        await self._wires.aclose()
 
     async def reset(self, key: str, policies: Sequence[Policy]) -> None:
         """Delete every policy's state for ``key``."""
@@ -105,16 +111,29 @@ class RedisRateLimitBackend:
         except UNAVAILABLE as exc:
             raise _unavailable(exc) from exc
 
-    async def _slot(self, script: Script, key: str, policy: Concurrency, args: list[Any]) -> Any:
+    async def _slot(
+        self,
+        script: Script,
+        key: str,
+        policy: Concurrency,
+        args: list[Any],
+        orphan: Callable[[Any], object] | None = None,
+    ) -> Any:
         try:
-            return await script.run(self.client, [slot_key(key, policy)], args)
+            return await self._wires.call(script, [slot_key(key, policy)], args, orphan)
         except UNAVAILABLE as exc:
             raise _unavailable(exc) from exc
 
     async def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
         """Take a concurrency slot (see ``ConcurrencyBackend``): one EVALSHA."""
         args = [token, policy.limit, policy.ttl_ms]
-        return Grant.from_reply(await self._slot(SLOT_ACQUIRE, key, policy, args))
+
+        def orphan(reply: Any) -> None:  # granted to a caller who gave up: give it back
+            wire = self._wires.ready()
+            if wire is not None and Grant.from_reply(reply).granted:
+                forget(wire.submit(SLOT_RELEASE, [slot_key(key, policy)], [token]))
+
+        return Grant.from_reply(await self._slot(SLOT_ACQUIRE, key, policy, args, orphan))
 
     async def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
         """Give a slot back; False when its lease had ended."""

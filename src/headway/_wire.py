@@ -1,0 +1,337 @@
+"""The fast path under the Redis backends: script calls on a pipelined connection of our own.
+
+redis-py's asyncio client spends about 100 µs of client CPU per command on a small
+VM (pool checkout, packing, a timeout scope, its stream reader): on loopback that
+is two to three times the round trip itself. Our hot commands are all EVALSHAs of
+a handful of scripts, so they go over one connection per client and event loop
+that we drive ourselves: redis-py opens it (URL, TLS, AUTH, HELLO, SELECT stay its
+business), then an ``asyncio.Protocol`` of ours takes the socket over.
+
+- A call made while nothing is in flight is written at once. Calls made while
+  replies are outstanding are written together on the next loop turn, so
+  concurrent calls share writes and reads (what a pipeline gives, without one).
+- Redis answers a connection's commands in order, so replies are matched to calls
+  first in, first out; hiredis parses them.
+- NOSCRIPT (a restart, ``SCRIPT FLUSH``) is answered by sending the same call as
+  ``EVAL`` with the script's source, on the same call.
+- A caller that stops waiting (cancelled, out of time) does not lose its reply:
+  the call's ``orphan`` callback gets it, so a lock granted to a caller who gave
+  up can be released again. A call, once written, is never taken back.
+- A lost connection fails the calls in flight with redis-py's ``ConnectionError``
+  (their outcome is unknown); the next call opens a new one.
+
+A Cluster client, a client whose connections we cannot take over, or
+``enabled=False`` sends each call through redis-py instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import hiredis
+from redis import asyncio as aioredis
+from redis import exceptions as redis_errors
+
+from ._scripts import Arg, Script
+
+__all__ = ["Wire", "Wires", "forget", "reply_of"]
+
+log = logging.getLogger("headway")
+
+#: Receives the reply of a call whose caller stopped waiting.
+Orphan = Callable[[Any], object]
+
+try:  # redis-py's own mapping of error replies to exception classes (NOSCRIPT, READONLY, ...)
+    from redis._parsers.base import BaseParser
+
+    _error: Callable[[str], Exception] = BaseParser.parse_error
+except ImportError:  # pragma: no cover - a redis-py without it: one class for all
+    _error = redis_errors.ResponseError
+
+
+def _encode(value: Arg) -> bytes:
+    # As redis-py's encoder does: str as UTF-8, numbers by repr, bytes as they are.
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bool):
+        raise redis_errors.DataError(
+            "Invalid input of type: 'bool'. Convert to a bytes, string, int or float first."
+        )
+    return repr(value).encode()
+
+
+def _tail(keys: Sequence[str], args: Sequence[Arg]) -> tuple[int, bytes]:
+    """The part of an EVAL/EVALSHA after the script: (element count, packed bytes)."""
+    parts = [b"%d" % len(keys), *map(_encode, keys), *map(_encode, args)]
+    return len(parts), b"".join(b"$%d\r\n%b\r\n" % (len(part), part) for part in parts)
+
+
+class _Call:
+    __slots__ = ("count", "future", "orphan", "reloaded", "script", "tail")
+
+    def __init__(
+        self,
+        future: asyncio.Future[Any],
+        script: Script,
+        count: int,
+        tail: bytes,
+        orphan: Orphan | None,
+    ) -> None:
+        self.future = future
+        self.script = script
+        self.count = count
+        self.tail = tail
+        self.orphan = orphan
+        self.reloaded = False
+
+
+class _Connection(asyncio.Protocol):
+    """One socket taken over from redis-py: writes calls, matches replies to them in order."""
+
+    def __init__(
+        self, wire: Wire, transport: asyncio.Transport, inner: asyncio.BaseProtocol
+    ) -> None:
+        self.wire = wire
+        self.loop = wire.loop
+        self.transport = transport
+        # redis-py's stream protocol, told when the socket closes so its disconnect() returns.
+        self.inner = inner
+        self.reader = hiredis.Reader(replyError=_error)
+        self.pending: deque[_Call] = deque()
+        self.out: list[bytes] = []
+        self.lost = False
+
+    def send(self, call: _Call) -> None:
+        head = call.script.eval_head if call.reloaded else call.script.evalsha_head
+        data = b"*%d\r\n%b%b" % (call.count + 2, head, call.tail)
+        self.wire.requests += 1
+        if self.pending:  # replies outstanding: share the write of the next loop turn
+            if not self.out:
+                self.loop.call_soon(self._flush)
+            self.out.append(data)
+        else:
+            self.wire.writes += 1
+            self.transport.write(data)
+        self.pending.append(call)
+
+    def _flush(self) -> None:
+        out, self.out = self.out, []
+        if out and not self.lost:
+            self.wire.writes += 1
+            self.transport.write(b"".join(out))
+
+    def data_received(self, data: bytes) -> None:
+        self.reader.feed(data)
+        while True:
+            try:
+                reply = self.reader.gets()
+            except hiredis.ProtocolError:
+                log.exception("closing a Redis connection that sent a malformed reply")
+                self.transport.abort()
+                return
+            if reply is False:
+                return
+            self._settle(self.pending.popleft(), reply)
+
+    def _settle(self, call: _Call, reply: Any) -> None:
+        if isinstance(reply, redis_errors.NoScriptError) and not call.reloaded:
+            call.reloaded = True  # EVAL runs the call and caches the script again
+            self.send(call)
+            return
+        future = call.future
+        if not future.done():
+            if isinstance(reply, Exception):
+                future.set_exception(reply)
+            else:
+                future.set_result(reply)
+        elif call.orphan is not None and not isinstance(reply, Exception):
+            orphaned(call.orphan, reply)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        error = redis_errors.ConnectionError(
+            f"Connection to Redis lost: {exc}" if exc else "Connection to Redis closed."
+        )
+        pending, self.pending, self.out = self.pending, deque(), []
+        for call in pending:
+            if not call.future.done():
+                call.future.set_exception(error)
+        self.inner.connection_lost(exc)
+
+    def eof_received(self) -> bool:
+        return False  # close our end too: connection_lost follows
+
+
+def orphaned(orphan: Orphan, reply: Any) -> None:
+    """Hand ``reply`` to ``orphan``; its errors are logged, never raised into the reader."""
+    try:
+        orphan(reply)
+    except Exception:
+        log.exception("handling the reply of an abandoned Redis call failed")
+
+
+def forget(future: asyncio.Future[Any]) -> None:
+    """Let a call run without waiting for it (its failure is not worth a warning)."""
+    future.add_done_callback(_consume)
+
+
+def _consume(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+class _Unsupported(Exception):
+    """The client's connections cannot be taken over: use redis-py for every call."""
+
+
+class Wire:
+    """Script calls on one client and event loop over one pipelined connection.
+
+    ``requests`` and ``writes`` count the calls sent and the socket writes that
+    carried them (NOSCRIPT reloads included), for tests and benchmarks.
+    """
+
+    def __init__(self, client: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.client = client
+        self.loop = loop
+        self.supported = True
+        self.requests = 0
+        self.writes = 0
+        self._connection: _Connection | None = None
+        self._borrowed: Any = None  # the redis-py Connection whose socket we drive
+        self._connecting = asyncio.Lock()
+
+    @property
+    def ready(self) -> bool:
+        """True if a call would be written at once (connected, no set-up to await)."""
+        return self._connection is not None and not self._connection.lost
+
+    def submit(
+        self, script: Script, keys: Sequence[str], args: Sequence[Arg], orphan: Orphan | None = None
+    ) -> asyncio.Future[Any]:
+        """Write one call now and return the future of its reply (requires ``ready``)."""
+        connection = self._connection
+        assert connection is not None
+        assert not connection.lost
+        count, tail = _tail(keys, args)
+        call = _Call(self.loop.create_future(), script, count, tail, orphan)
+        connection.send(call)
+        return call.future
+
+    async def call(
+        self, script: Script, keys: Sequence[str], args: Sequence[Arg], orphan: Orphan | None = None
+    ) -> Any:
+        """Run ``script`` and return its reply (see the module for ``orphan``)."""
+        if not self.ready:
+            await self._connect()
+            if not self.supported:
+                return await script.run(self.client, keys, args)
+        return await reply_of(self.submit(script, keys, args, orphan), orphan)
+
+    async def _connect(self) -> None:
+        async with self._connecting:
+            if self.ready or not self.supported:
+                return
+            pool = self.client.connection_pool
+            if self._borrowed is not None:  # the previous socket is gone: hand it back
+                borrowed, self._borrowed = self._borrowed, None
+                await borrowed.disconnect(nowait=True)
+                await pool.release(borrowed)
+            borrowed = await pool.get_connection()
+            try:
+                transport, inner = _take_over(borrowed)
+            except _Unsupported:
+                self.supported = False
+                await pool.release(borrowed)
+                log.warning("cannot drive %r directly: every call goes through redis-py", borrowed)
+                return
+            connection = _Connection(self, transport, inner)
+            transport.set_protocol(connection)
+            self._borrowed, self._connection = borrowed, connection
+
+    async def aclose(self) -> None:
+        """Close the connection and give it back to the client's pool."""
+        async with self._connecting:
+            borrowed, self._borrowed, self._connection = self._borrowed, None, None
+            if borrowed is not None:
+                await borrowed.disconnect()
+                await self.client.connection_pool.release(borrowed)
+
+
+def _take_over(borrowed: Any) -> tuple[asyncio.Transport, asyncio.BaseProtocol]:
+    writer = getattr(borrowed, "_writer", None)
+    reader = getattr(borrowed, "_reader", None)
+    transport = getattr(writer, "transport", None)
+    # Anything already read but not consumed would be a reply we could not place.
+    buffered = len(getattr(reader, "_buffer", b""))
+    if transport is None or not hasattr(transport, "set_protocol") or buffered:
+        raise _Unsupported
+    return transport, transport.get_protocol()
+
+
+async def reply_of(future: asyncio.Future[Any], orphan: Orphan | None) -> Any:
+    """Await a call's reply; if cancelled just after it arrived, ``orphan`` still gets it."""
+    try:
+        return await future
+    except asyncio.CancelledError:
+        # Cancelled while waiting, the future is cancelled and the reader calls the
+        # orphan. Cancelled with the reply already set, only we can.
+        if (
+            orphan is not None
+            and future.done()
+            and not future.cancelled()
+            and future.exception() is None
+        ):
+            orphaned(orphan, future.result())
+        raise
+
+
+class Wires:
+    """One ``Wire`` per event loop for one client (or redis-py alone, when disabled)."""
+
+    def __init__(self, client: Any, enabled: bool = True) -> None:
+        self.client = client
+        self.enabled = enabled and not isinstance(client, aioredis.RedisCluster)
+        self._wires: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Wire] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def wire(self) -> Wire:
+        """The running loop's wire."""
+        loop = asyncio.get_running_loop()
+        wire = self._wires.get(loop)
+        if wire is None:
+            wire = self._wires[loop] = Wire(self.client, loop)
+        return wire
+
+    def ready(self) -> Wire | None:
+        """The running loop's wire if calls on it are written at once, else None."""
+        if not self.enabled:
+            return None
+        wire = self._wires.get(asyncio.get_running_loop())
+        return wire if wire is not None and wire.ready else None
+
+    async def call(
+        self, script: Script, keys: Sequence[str], args: Sequence[Arg], orphan: Orphan | None = None
+    ) -> Any:
+        """Run ``script`` on the running loop's wire, or through redis-py when disabled.
+
+        ``orphan`` is honoured on the wire only: callers that need it through
+        redis-py keep their own cancellation shield.
+        """
+        if not self.enabled:
+            return await script.run(self.client, keys, args)
+        return await self.wire().call(script, keys, args, orphan)
+
+    async def aclose(self) -> None:
+        """Close the running loop's wire, if it has one."""
+        wire = self._wires.pop(asyncio.get_running_loop(), None)
+        if wire is not None:
+            await wire.aclose()
