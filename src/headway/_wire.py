@@ -54,27 +54,29 @@ except ImportError:  # pragma: no cover - a redis-py without it: one class for a
     _error = redis_errors.ResponseError
 
 
-def _encode(value: Arg) -> bytes:
-    # As redis-py's encoder does: str as UTF-8, numbers by repr, bytes as they are.
-    if isinstance(value, bytes):
-        return value
+def _bulk(value: Arg) -> bytes:
+    # Encoded as redis-py's encoder does: str as UTF-8, numbers by repr, bytes as they are.
     if isinstance(value, str):
-        return value.encode()
-    if isinstance(value, bool):
+        value = value.encode()
+    elif isinstance(value, bool):
         raise redis_errors.DataError(
             "Invalid input of type: 'bool'. Convert to a bytes, string, int or float first."
         )
-    return repr(value).encode()
+    elif not isinstance(value, bytes):
+        value = repr(value).encode()
+    return b"$%d\r\n%b\r\n" % (len(value), value)
 
 
 def _tail(keys: Sequence[str], args: Sequence[Arg]) -> tuple[int, bytes]:
     """The part of an EVAL/EVALSHA after the script: (element count, packed bytes)."""
-    parts = [b"%d" % len(keys), *map(_encode, keys), *map(_encode, args)]
-    return len(parts), b"".join(b"$%d\r\n%b\r\n" % (len(part), part) for part in parts)
+    parts = [_bulk(len(keys))]
+    parts += [_bulk(key) for key in keys]
+    parts += [_bulk(arg) for arg in args]
+    return len(parts), b"".join(parts)
 
 
 class _Call:
-    __slots__ = ("count", "future", "orphan", "reloaded", "script", "tail")
+    __slots__ = ("count", "future", "orphan", "reloaded", "script", "sent", "tail")
 
     def __init__(
         self,
@@ -90,16 +92,25 @@ class _Call:
         self.tail = tail
         self.orphan = orphan
         self.reloaded = False
+        self.sent = 0.0
 
 
 class _Connection(asyncio.Protocol):
     """One socket taken over from redis-py: writes calls, matches replies to them in order."""
 
     def __init__(
-        self, wire: Wire, transport: asyncio.Transport, inner: asyncio.BaseProtocol
+        self,
+        wire: Wire,
+        transport: asyncio.Transport,
+        inner: asyncio.BaseProtocol,
+        stall: float | None,
     ) -> None:
         self.wire = wire
         self.loop = wire.loop
+        # A reply overdue by this much (the client's socket_timeout) means the socket
+        # is stuck: it is dropped, as redis-py drops one, and the next call reconnects.
+        self.stall = stall
+        self.timer: asyncio.TimerHandle | None = None
         self.transport = transport
         # redis-py's stream protocol, told when the socket closes so its disconnect() returns.
         self.inner = inner
@@ -120,6 +131,21 @@ class _Connection(asyncio.Protocol):
             self.wire.writes += 1
             self.transport.write(data)
         self.pending.append(call)
+        if self.stall is not None:
+            call.sent = self.loop.time()
+            if self.timer is None:
+                self.timer = self.loop.call_at(call.sent + self.stall, self._check)
+
+    def _check(self) -> None:
+        self.timer = None
+        if not self.pending or self.lost or self.stall is None:
+            return
+        oldest = self.pending[0].sent
+        if self.loop.time() - oldest < self.stall:
+            self.timer = self.loop.call_at(oldest + self.stall, self._check)
+            return
+        log.warning("no reply from Redis in %g s: dropping the connection", self.stall)
+        self.transport.abort()
 
     def _flush(self) -> None:
         out, self.out = self.out, []
@@ -156,6 +182,8 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        if self.timer is not None:
+            self.timer.cancel()
         error = redis_errors.ConnectionError(
             f"Connection to Redis lost: {exc}" if exc else "Connection to Redis closed."
         )
@@ -252,7 +280,8 @@ class Wire:
                 await pool.release(borrowed)
                 log.warning("cannot drive %r directly: every call goes through redis-py", borrowed)
                 return
-            connection = _Connection(self, transport, inner)
+            stall = getattr(borrowed, "socket_timeout", None)
+            connection = _Connection(self, transport, inner, stall)
             transport.set_protocol(connection)
             self._borrowed, self._connection = borrowed, connection
 

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from headway._clock import within
 from headway.ratelimit import (
     Decision,
     FixedWindow,
@@ -17,7 +18,6 @@ from headway.ratelimit import (
     SyncRateLimiter,
     TokenBucket,
 )
-from headway.ratelimit._core import within
 from headway.ratelimit._policies import Policy
 from tests.ratelimit.conftest import BackendFactory
 

@@ -161,7 +161,6 @@ class QueuedBackend(ABC):
         step = next(flow)
         assert isinstance(step, Try)
         waiter, token = step.waiter, step.token
-        queued = False
 
         async def undo(attempt: Attempt) -> None:
             if attempt.granted:
@@ -169,18 +168,26 @@ class QueuedBackend(ABC):
             elif waiter:
                 await self._leave(resource, waiter)
 
-        wake: AsyncWaiter | None = None
         # Other tasks already wait here: listening is free, and listening before the
         # first attempt spares the retry that covers a late subscription.
         early = bool(waiter) and self._listening(resource)
+        queued = False
+        if not early:
+            # The common case: one attempt, granted, with nothing to set up or clean up.
+            attempt = await self._attempt(resource, step, undo)
+            queued = bool(waiter) and not attempt.granted
+            try:
+                step = flow.send(attempt)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+        wake: AsyncWaiter | None = None
         async with contextlib.AsyncExitStack() as stack:
             try:
                 if early:
                     wake = await stack.enter_async_context(self._listen(resource, waiter))
                 while True:
                     if isinstance(step, Try):
-                        trying = self._try(resource, step)
-                        attempt = await (trying if self._shielded() else complete(trying, undo))
+                        attempt = await self._attempt(resource, step, undo)
                         queued = bool(waiter) and not attempt.granted
                         step = flow.send(attempt)
                     elif isinstance(step, Listen):
@@ -203,6 +210,12 @@ class QueuedBackend(ABC):
                     with contextlib.suppress(Exception):
                         await complete(self._leave(resource, waiter))
                 raise
+
+    async def _attempt(
+        self, resource: str, step: Try, undo: Callable[[Attempt], Awaitable[object]]
+    ) -> Attempt:
+        trying = self._try(resource, step)
+        return await (trying if self._shielded() else complete(trying, undo))
 
     async def release(self, lease: Lease) -> None:
         """Release ``lease``; shielded from cancellation."""

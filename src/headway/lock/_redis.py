@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 from collections.abc import AsyncIterator, Callable
@@ -20,7 +21,7 @@ import redis
 from redis import asyncio as aioredis
 from redis import exceptions as redis_errors
 
-from .._clock import Clock
+from .._clock import Clock, within
 from .._errors import BackendUnavailable
 from .._keys import tagged
 from .._scripts import Script
@@ -61,6 +62,7 @@ class _Keys:
     channel: str
 
 
+@functools.lru_cache(maxsize=4096)
 def lock_keys(resource: str) -> _Keys:
     """The keys (and wake-up channel) of one lock, all under one hash tag."""
     parts = ("owner", "fence", "queue", "places", "released", "wake")
@@ -281,8 +283,7 @@ class RedisLockBackend(QueuedBackend):
         orphan: Callable[[Any], object] | None = None,
     ) -> Any:
         try:
-            async with asyncio.timeout(self.timeout):
-                return await self._wires.call(script, keys, args, orphan)
+            return await within(self.timeout, self._wires.call(script, keys, args, orphan))
         except UNAVAILABLE as exc:
             raise _unavailable(exc, self.timeout) from exc
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import math
-from collections.abc import Awaitable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
 from .._clock import Clock
 from ._decision import Decision, Source
@@ -20,9 +18,8 @@ from ._policies import (
     TokenBucket,
 )
 
-__all__ = ["BlockedCache", "check_cost", "check_policies", "check_seconds", "within"]
+__all__ = ["BlockedCache", "check_cost", "check_policies", "check_seconds"]
 
-T = TypeVar("T")
 
 _POLICY_TYPES = (TokenBucket, LeakyBucket, FixedWindow, SlidingLog, SlidingCounter)
 
@@ -108,30 +105,3 @@ class BlockedCache:
     def forget(self, key: str) -> None:
         """Drop ``key`` (after a reset)."""
         self._blocked.pop(key, None)
-
-
-def _expire(task: asyncio.Task[object], expired: list[bool]) -> None:
-    expired.append(True)
-    task.cancel()
-
-
-async def within(seconds: float, aw: Awaitable[T]) -> T:
-    """``await aw``, or raise ``TimeoutError`` after ``seconds``.
-
-    What ``asyncio.timeout`` does, for one await on the hot path, at a third of
-    its cost: one timer handle, cancelled when the await ends. A cancellation
-    from outside stays a cancellation.
-    """
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None
-    expired: list[bool] = []
-    handle = loop.call_at(loop.time() + seconds, _expire, task, expired)
-    try:
-        return await aw
-    except asyncio.CancelledError:
-        if expired and task.uncancel() == 0:
-            raise TimeoutError(f"no answer within {seconds:g} s") from None
-        raise
-    finally:
-        handle.cancel()

@@ -11,10 +11,10 @@ import random
 import time
 from collections.abc import Sequence
 
-from .._clock import Clock, MonotonicClock
+from .._clock import Clock, MonotonicClock, within
 from .._errors import BackendUnavailable
 from ._backend import RateLimitBackend, SyncRateLimitBackend
-from ._core import BlockedCache, check_cost, check_policies, check_seconds, within
+from ._core import BlockedCache, check_cost, check_policies, check_seconds
 from ._decision import Decision, decision_from, fallback
 from ._memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
 from ._policies import Policy
