@@ -32,14 +32,24 @@ class Script:
         Included files define local functions the main script calls, so one
         script (one round trip) can combine pieces kept in separate files.
         """
-        self.name = name
         folder = resources.files("headway") / "lua"
         parts = [*include, name]
-        self.source = "\n".join((folder / f"{part}.lua").read_text("utf-8") for part in parts)
-        self.sha = hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
+        self._set(name, "\n".join((folder / f"{part}.lua").read_text("utf-8") for part in parts))
+
+    @classmethod
+    def from_source(cls, name: str, source: str) -> Script:
+        """A script from Lua text rather than the package (tests, benchmarks)."""
+        script = cls.__new__(cls)
+        script._set(name, source)
+        return script
+
+    def _set(self, name: str, source: str) -> None:
+        self.name = name
+        self.source = source
+        self.sha = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
         # Packed RESP prefixes of EVALSHA / EVAL of this script, for ``_wire``.
         self.evalsha_head = _bulks(b"EVALSHA", self.sha.encode())
-        self.eval_head = _bulks(b"EVAL", self.source.encode())
+        self.eval_head = _bulks(b"EVAL", source.encode())
 
     async def run(self, client: Any, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         """Run on a ``redis.asyncio`` client (single node or Cluster)."""
