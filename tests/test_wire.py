@@ -13,7 +13,7 @@ from redis import asyncio as aioredis
 from redis import exceptions as redis_errors
 
 from headway import _wire
-from headway._scripts import Script
+from headway._scripts import Arg, Script
 from headway._wire import Wire, Wires
 from tests.servers import RedisServers
 
@@ -42,7 +42,13 @@ async def test_concurrent_calls_each_get_their_own_reply(wires: Wires) -> None:
 
 
 async def test_arguments_are_encoded_as_redis_py_encodes_them(wires: Wires) -> None:
-    for value, sent in [("é", "é".encode()), (b"\x00\xff", b"\x00\xff"), (7, b"7"), (0.5, b"0.5")]:
+    cases: list[tuple[Arg, bytes]] = [
+        ("é", "é".encode()),
+        (b"\x00\xff", b"\x00\xff"),
+        (7, b"7"),
+        (0.5, b"0.5"),
+    ]
+    for value, sent in cases:
         assert await wires.call(ECHO, ["k"], [value]) == [b"k", sent]
     with pytest.raises(redis_errors.DataError):
         await wires.call(ECHO, ["k"], [True])
