@@ -21,7 +21,16 @@ from headway import (
     SyncLock,
     SyncRedisLockBackend,
 )
-from headway.lock._redis import RELEASE, lock_keys, release_call
+from headway.lock._flow import Attempt, Try, waiter_id
+from headway.lock._redis import (
+    ACQUIRE,
+    LEAVE,
+    RELEASE,
+    acquire_call,
+    leave_call,
+    lock_keys,
+    release_call,
+)
 from tests.servers import RedisServers, free_port
 
 pytestmark = pytest.mark.anyio
@@ -300,3 +309,69 @@ def test_cluster_sync_client(cluster_port: int) -> None:
     lock.release(lease)
     backend.close()
     client.close()
+
+
+# -- direct handoff: the releaser grants the lock to the first live waiter --------------
+
+
+async def _queue_raw_waiter(client: aioredis.Redis, resource: str, token: str) -> str:
+    """Queue a waiter as another process would, without anybody listening for it."""
+    step = Try(token, 30_000, waiter_id(token, 30_000), 60_000)
+    keys, args = acquire_call(resource, step)
+    assert not Attempt.from_reply(await ACQUIRE.run(client, keys, args)).granted
+    return step.waiter
+
+
+async def test_a_release_hands_the_lock_to_the_first_waiter(
+    backend: RedisLockBackend, redis_client: aioredis.Redis
+) -> None:
+    lock = Lock(backend, "relay", ttl=30)
+    held = await lock.acquire()
+    waiter = await _queue_raw_waiter(redis_client, "relay", "a" * 32)
+    await lock.release(held)
+    k = lock_keys("relay")
+    assert await redis_client.get(k.owner) == b"a" * 32  # held by the waiter already
+    assert 29_000 < await redis_client.pttl(k.owner) <= 30_000  # with the TTL it asked for
+    assert await redis_client.zcard(k.queue) == await redis_client.zcard(k.places) == 0
+    assert int(await redis_client.get(k.fence) or 0) > held.fence
+    # A waiter that missed the message finds its grant on its next attempt, renewed.
+    await redis_client.pexpire(k.owner, 5_000)
+    step = Try("a" * 32, 30_000, waiter, 60_000)
+    again = Attempt.from_reply(await ACQUIRE.run(redis_client, *acquire_call("relay", step)))
+    assert again.granted
+    assert again.fence == int(await redis_client.get(k.fence) or 0)
+    assert await redis_client.pttl(k.owner) > 5_000
+
+
+async def test_a_lock_handed_to_a_leaving_waiter_goes_to_the_next(
+    backend: RedisLockBackend, redis_client: aioredis.Redis
+) -> None:
+    lock = Lock(backend, "relay", ttl=30, timeout=10)
+    held = await lock.acquire()
+    gone = await _queue_raw_waiter(redis_client, "relay", "a" * 32)
+    next_one = asyncio.create_task(lock.acquire())
+    k = lock_keys("relay")
+    while await redis_client.zcard(k.queue) < 2:
+        await asyncio.sleep(0.005)
+    await lock.release(held)  # handed to the raw waiter, which then gives up
+    assert await redis_client.get(k.owner) == b"a" * 32
+    await LEAVE.run(redis_client, *leave_call("relay", gone))
+    async with asyncio.timeout(2):  # woken with the lock, not after a bounded wait
+        lease = await next_one
+    assert lease.fence > held.fence
+    await lock.release(lease)
+
+
+async def test_an_expired_holders_lock_goes_to_the_first_waiter(
+    backend: RedisLockBackend, redis_client: aioredis.Redis
+) -> None:
+    await Lock(backend, "relay", ttl=30).acquire()
+    await _queue_raw_waiter(redis_client, "relay", "a" * 32)
+    k = lock_keys("relay")
+    await redis_client.delete(k.owner)  # the holder's lease runs out: nobody released it
+    # A newcomer finds it free but queued for: the first waiter gets it, not the newcomer.
+    step = Try("b" * 32, 30_000, "", 0)
+    refused = Attempt.from_reply(await ACQUIRE.run(redis_client, *acquire_call("relay", step)))
+    assert not refused.granted
+    assert refused.pttl_ms > 29_000
+    assert await redis_client.get(k.owner) == b"a" * 32

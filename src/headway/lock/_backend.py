@@ -64,13 +64,13 @@ class SyncLockBackend(Protocol):
 
 
 class AsyncWaiter(Protocol):
-    async def wait(self, seconds: float) -> None:
-        """Return when woken, or after ``seconds``."""
+    async def wait(self, seconds: float) -> int | None:
+        """Return when woken, or after ``seconds``: the fence if handed the lock, else None."""
 
 
 class SyncWaiter(Protocol):
-    def wait(self, seconds: float) -> None:
-        """Return when woken, or after ``seconds``."""
+    def wait(self, seconds: float) -> int | None:
+        """Return when woken, or after ``seconds``: the fence if handed the lock, else None."""
 
 
 async def complete(aw: Awaitable[T], undo: Callable[[T], Awaitable[object]] | None = None) -> T:
@@ -196,8 +196,9 @@ class QueuedBackend(ABC):
                         step = flow.send(early)
                     elif isinstance(step, Wait):
                         assert wake is not None
-                        await wake.wait(step.seconds)
-                        step = flow.send(None)
+                        handed = await wake.wait(step.seconds)
+                        queued = queued and handed is None  # handed the lock: no place left
+                        step = flow.send(handed)
                     else:
                         assert isinstance(step, Leave)
                         queued = False
@@ -286,8 +287,9 @@ class SyncQueuedBackend(ABC):
                         step = flow.send(early)
                     elif isinstance(step, Wait):
                         assert wake is not None
-                        wake.wait(step.seconds)
-                        step = flow.send(None)
+                        handed = wake.wait(step.seconds)
+                        queued = queued and handed is None  # handed the lock: no place left
+                        step = flow.send(handed)
                     else:
                         assert isinstance(step, Leave)
                         queued = False

@@ -5,7 +5,8 @@ the outcome; it decides nothing by itself about I/O, so one copy of the logic
 serves both clients and every queued backend (Redis, memory).
 
 Waiting is not polling: a waiter holds a place in the resource's FIFO queue and
-is woken by the releasing holder. Each wait is still bounded (by the holder's
+is woken by the releasing holder, which (on Redis) hands it the lock along with
+the wake-up, so the waiter needs no attempt of its own. Each wait is still bounded (by the holder's
 remaining lease and by ``WAIT_CAP``) so a lost message, a dead holder or a dead
 waiter ahead only ever costs a bounded delay.
 """
@@ -29,6 +30,8 @@ __all__ = [
     "Try",
     "Wait",
     "acquire_flow",
+    "parse_wake",
+    "waiter_id",
 ]
 
 #: Longest single wait before a waiter tries again (and so renews its place).
@@ -39,6 +42,17 @@ PLACE_MS = 2000
 #: Wait when the lock is free but an earlier waiter goes first (it was woken and
 #: is on its way); the wake-up addressed to us usually ends this wait early.
 _FREE_RETRY = 0.05
+
+
+def waiter_id(token: str, ttl_ms: int) -> str:
+    """A waiter's id in the queue: the token it will hold and its TTL, for a direct handoff."""
+    return f"{token}:{ttl_ms}"
+
+
+def parse_wake(message: str) -> tuple[str, int | None]:
+    """A wake-up message: ``"<waiter>"`` (try again) or ``"<waiter> <fence>"`` (handed the lock)."""
+    waiter, _, fence = message.partition(" ")
+    return waiter, int(fence) if fence else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +93,10 @@ class Listen:
 
 @dataclass(frozen=True, slots=True)
 class Wait:
-    """Wait for a wake-up addressed to the waiter, at most ``seconds``; send back None."""
+    """Wait for a wake-up addressed to the waiter, at most ``seconds``.
+
+    Send back the fencing token if the wake-up handed the lock over, else None.
+    """
 
     seconds: float
 
@@ -100,12 +117,12 @@ def acquire_flow(
     timeout: float,
     clock: Callable[[], float],
     token: str | None = None,
-) -> Generator[Step, Attempt | bool | None, Lease]:
+) -> Generator[Step, Attempt | bool | int | None, Lease]:
     """Acquire ``resource`` for ``ttl`` seconds, waiting up to ``timeout`` seconds."""
     ttl_ms = check_ttl(ttl)
     timeout = check_timeout(timeout)
     token = token or new_token()
-    waiter = token if timeout > 0 else ""
+    waiter = waiter_id(token, ttl_ms) if timeout > 0 else ""
     deadline = clock() + timeout
     listening = False
     while True:
@@ -131,4 +148,9 @@ def acquire_flow(
                 continue
         hint = attempt.pttl_ms / 1000 if attempt.pttl_ms > 0 else _FREE_RETRY
         # A little jitter keeps waiters whose wake-up was lost from retrying in step.
-        yield Wait(min(remaining, hint * random.uniform(1.0, 1.1), WAIT_CAP))
+        handed = yield Wait(min(remaining, hint * random.uniform(1.0, 1.1), WAIT_CAP))
+        if handed is not None:
+            # The releaser handed us the lock. That happened after our last attempt
+            # (refused) was sent, so counting the lease from then never overstates it.
+            assert isinstance(handed, int)
+            return Lease(resource, token, handed, sent + ttl_ms / 1000, ttl_ms / 1000)

@@ -27,7 +27,7 @@ from .._keys import tagged
 from .._scripts import Script
 from .._wire import Wires, forget
 from ._backend import QueuedBackend, SyncQueuedBackend
-from ._flow import Attempt, Try
+from ._flow import Attempt, Try, parse_wake
 from ._sync_waker import SyncWaker
 
 __all__ = ["RedisLockBackend", "SyncRedisLockBackend"]
@@ -36,10 +36,10 @@ log = logging.getLogger("headway.lock")
 
 T = TypeVar("T")
 
-ACQUIRE = Script("lock_acquire")
-RELEASE = Script("lock_release")
+ACQUIRE = Script("lock_acquire", include=("lock_handoff",))
+RELEASE = Script("lock_release", include=("lock_handoff",))
 EXTEND = Script("lock_extend")
-LEAVE = Script("lock_leave")
+LEAVE = Script("lock_leave", include=("lock_handoff",))
 
 #: Errors that mean "Redis is not answering", as opposed to a bug in a request.
 UNAVAILABLE: tuple[type[BaseException], ...] = (
@@ -72,13 +72,14 @@ def lock_keys(resource: str) -> _Keys:
 def release_call(resource: str, token: str) -> tuple[list[str], list[Any]]:
     """Keys and arguments of one ``lock_release`` call (each call gets its own id)."""
     k = lock_keys(resource)
-    return [k.owner, k.queue, k.places, k.released], [token, k.channel, secrets.token_hex(8)]
+    keys = [k.owner, k.queue, k.places, k.released, k.fence]
+    return keys, [token, k.channel, secrets.token_hex(8)]
 
 
 def leave_call(resource: str, waiter: str) -> tuple[list[str], list[Any]]:
     """Keys and arguments of one ``lock_leave`` call."""
     k = lock_keys(resource)
-    return [k.owner, k.queue, k.places], [waiter, k.channel]
+    return [k.owner, k.queue, k.places, k.fence], [waiter, k.channel]
 
 
 def acquire_call(resource: str, step: Try, floor: int = 0) -> tuple[list[str], list[Any]]:
@@ -90,6 +91,7 @@ def acquire_call(resource: str, step: Try, floor: int = 0) -> tuple[list[str], l
         step.waiter,
         step.place_ms,
         floor,
+        k.channel,
     ]
 
 
@@ -103,21 +105,36 @@ def _unavailable(exc: BaseException, timeout: float) -> BackendUnavailable:
     )
 
 
-class _EventWaiter:
-    def __init__(self, event: asyncio.Event) -> None:
-        self.event = event
+@dataclass
+class _Wake:
+    """One waiter's wake-up: set when woken, with the fence when handed the lock."""
 
-    async def wait(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self.event.wait()
-        self.event.clear()
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    fence: int | None = None
+
+    def set(self, fence: int | None = None) -> None:
+        if fence is not None:
+            self.fence = fence
+        self.event.set()
+
+
+class _EventWaiter:
+    def __init__(self, wake: _Wake) -> None:
+        self.wake = wake
+
+    async def wait(self, seconds: float) -> int | None:
+        if not self.wake.event.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(seconds):
+                    await self.wake.event.wait()
+        self.wake.event.clear()
+        return self.wake.fence
 
 
 @dataclass
 class _Channel:
     subscribed: asyncio.Event = field(default_factory=asyncio.Event)
-    waiters: dict[str, asyncio.Event] = field(default_factory=dict)
+    waiters: dict[str, _Wake] = field(default_factory=dict)
 
 
 class _Waker:
@@ -144,7 +161,7 @@ class _Waker:
         fresh = state is None
         if state is None:
             state = self._channels[channel] = _Channel()
-        event = state.waiters[waiter] = asyncio.Event()
+        wake = state.waiters[waiter] = _Wake()
         try:
             if fresh:
                 await self._subscribe(channel, state)
@@ -153,10 +170,17 @@ class _Waker:
                 async with asyncio.timeout(self._timeout):
                     if self._channels.get(channel) is state:
                         await state.subscribed.wait()
-            yield _EventWaiter(event)
+            yield _EventWaiter(wake)
         finally:
             del state.waiters[waiter]
             await self._drop_if_idle(channel, state)
+
+    def hand(self, channel: str, waiter: str, fence: int) -> None:
+        """Tell a waiter of ours that it was handed the lock (before the message comes)."""
+        state = self._channels.get(channel)
+        wake = state.waiters.get(waiter) if state is not None else None
+        if wake is not None:
+            wake.set(fence)
 
     async def _drop_if_idle(self, channel: str, state: _Channel) -> None:
         # An unconfirmed subscription is kept until the reader sees its confirmation,
@@ -201,8 +225,8 @@ class _Waker:
             except UNAVAILABLE:
                 # Wake everybody: each retries (and sees the outage) instead of idling.
                 for state in self._channels.values():
-                    for event in state.waiters.values():
-                        event.set()
+                    for wake in state.waiters.values():
+                        wake.set()
                 await asyncio.sleep(0.1)
                 continue
             if message is None:
@@ -218,15 +242,16 @@ class _Waker:
                 channel.subscribed.set()
                 await self._drop_if_idle(name, channel)
             elif message["type"] == "message":
-                woken = channel.waiters.get(_text(message["data"]))
+                waiter, fence = parse_wake(_text(message["data"]))
+                woken = channel.waiters.get(waiter)
                 if woken is not None:
-                    woken.set()
+                    woken.set(fence)
 
     async def aclose(self) -> None:
         # Tasks still waiting are woken, and leave without touching the connection.
         for state in self._channels.values():
-            for event in state.waiters.values():
-                event.set()
+            for wake in state.waiters.values():
+                wake.set()
         self._channels.clear()
         if self._reader is not None:
             self._reader.cancel()
@@ -305,7 +330,11 @@ class RedisLockBackend(QueuedBackend):
 
     async def _release(self, resource: str, token: str) -> bool:
         keys, args = release_call(resource, token)
-        return bool(await self._call(RELEASE, keys, args))
+        reply = await self._call(RELEASE, keys, args)
+        if isinstance(reply, list):  # {1, waiter, fence}: handed to the next waiter
+            self._waker.hand(lock_keys(resource).channel, _text(reply[1]), int(reply[2]))
+            return True
+        return bool(reply)
 
     async def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:
         keys = [lock_keys(resource).owner]

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._flow import parse_wake
+
 __all__ = ["SyncWaker"]
 
 log = logging.getLogger("headway.lock")
@@ -26,21 +28,35 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-class _ThreadWaiter:
-    def __init__(self, event: threading.Event) -> None:
-        self.event = event
+@dataclass
+class _Wake:
+    """One waiter's wake-up: set when woken, with the fence when handed the lock."""
 
-    def wait(self, seconds: float) -> None:
+    event: threading.Event = field(default_factory=threading.Event)
+    fence: int | None = None
+
+    def set(self, fence: int | None = None) -> None:
+        if fence is not None:
+            self.fence = fence
+        self.event.set()
+
+
+class _ThreadWaiter:
+    def __init__(self, wake: _Wake) -> None:
+        self.wake = wake
+
+    def wait(self, seconds: float) -> int | None:
         # A wake-up that lands between the wait and the clear is covered by the
-        # attempt the waiter makes next.
-        self.event.wait(seconds)
-        self.event.clear()
+        # attempt the waiter makes next (which finds a lock handed over meanwhile).
+        self.wake.event.wait(seconds)
+        self.wake.event.clear()
+        return self.wake.fence
 
 
 @dataclass
 class _Channel:
     subscribed: threading.Event = field(default_factory=threading.Event)
-    waiters: dict[str, threading.Event] = field(default_factory=dict)
+    waiters: dict[str, _Wake] = field(default_factory=dict)
 
 
 class SyncWaker:
@@ -70,7 +86,7 @@ class SyncWaker:
     @contextlib.contextmanager
     def listen(self, channel: str, waiter: str) -> Iterator[_ThreadWaiter]:
         """Route wake-ups addressed to ``waiter`` on ``channel`` to the waiter yielded."""
-        event = threading.Event()
+        wake = _Wake()
         with self._lock:
             state = self._channels.get(channel)
             shared = state is not None
@@ -83,11 +99,11 @@ class SyncWaker:
                     shared = True
                     if self._reader is None:
                         self._start_reader()
-            state.waiters[waiter] = event
+            state.waiters[waiter] = wake
         try:
             if shared:
                 state.subscribed.wait(self._timeout)
-            yield _ThreadWaiter(event)
+            yield _ThreadWaiter(wake)
         finally:
             with self._lock:
                 del state.waiters[waiter]
@@ -151,9 +167,9 @@ class SyncWaker:
         except self._unavailable:
             # Wake everybody: each retries (and sees the outage) instead of idling.
             with self._lock:
-                events = [e for s in self._channels.values() for e in s.waiters.values()]
-            for event in events:
-                event.set()
+                wakes = [w for s in self._channels.values() for w in s.waiters.values()]
+            for wake in wakes:
+                wake.set()
             time.sleep(0.1)
             return True
         if message is not None:
@@ -170,17 +186,18 @@ class SyncWaker:
                 state.subscribed.set()
                 self._drop_if_idle(name, state)
             elif message["type"] == "message":
-                woken = state.waiters.get(_text(message["data"]))
+                waiter, fence = parse_wake(_text(message["data"]))
+                woken = state.waiters.get(waiter)
                 if woken is not None:
-                    woken.set()
+                    woken.set(fence)
 
     def close(self) -> None:
         """Stop listening and close the connection; threads still waiting are woken."""
         with self._lock:
             pubsub, self._pubsub = self._pubsub, None
             for state in self._channels.values():
-                for event in state.waiters.values():
-                    event.set()
+                for wake in state.waiters.values():
+                    wake.set()
             self._channels.clear()
             reader = self._reader
             if pubsub is not None and reader is not None:

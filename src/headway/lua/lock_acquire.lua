@@ -1,18 +1,20 @@
--- Acquire a lock lease, first come first served.
+-- Acquire a lock lease, first come first served (lock_handoff.lua is included before).
 -- KEYS[1] owner  string: token of the current holder, expiring with the lease (PX)
 -- KEYS[2] fence  integer: the last fencing token handed out for this resource
 -- KEYS[3] queue  zset: waiter id -> arrival time (us); the lowest score goes next
 -- KEYS[4] places zset: waiter id -> server time (ms) after which its place is void
 -- ARGV[1] token    random token of the new lease
 -- ARGV[2] ttl_ms   lease TTL in milliseconds
--- ARGV[3] waiter   waiter id, or "" for a single attempt that does not queue
+-- ARGV[3] waiter   waiter id ("<token>:<ttl_ms>"), or "" for a single attempt that does not queue
 -- ARGV[4] place_ms how long a queued waiter keeps its place without trying again
 -- ARGV[5] floor    the new fencing token must exceed this (Redlock's majority read); else 0
--- Idempotent: run again with the same token while it holds the lock, it returns the same grant.
+-- ARGV[6] channel  pub/sub channel of the waiters
+-- Idempotent: run again with the same token while it holds the lock (a retried call, or
+-- a waiter that was handed the lock but missed the message), it returns the same grant
+-- with its TTL renewed from now.
 -- Returns {1, fence} when granted; {0, pttl_ms} when not, where pttl_ms is the
 -- holder's remaining lease, or 0 when the lock is free but an earlier waiter goes first.
-local t = redis.call('TIME')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now_us = server_us()
 local now_ms = math.floor(now_us / 1000)
 local waiter = ARGV[3]
 
@@ -25,9 +27,8 @@ if #void > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now_ms)
 end
 
--- A retried attempt (redis-py retries a command whose reply was lost) finds its
--- own grant: report it again rather than make it wait out its own lease.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, tonumber(redis.call('GET', KEYS[2]))}
 end
 
@@ -36,23 +37,19 @@ if pttl == -2 then
   local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   if (not head) or head == waiter then
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    -- The fence never goes backwards: it is floored by the server's clock in
-    -- microseconds, so a lost counter (restart without persistence, expiry
-    -- after long idleness) still yields a token above every earlier one.
-    local fence = redis.call('INCR', KEYS[2])
-    local floor = math.max(now_us, tonumber(ARGV[5]))
-    if fence <= floor then
-      fence = floor + 1
-      redis.call('SET', KEYS[2], string.format('%.0f', fence))
-    end
-    redis.call('PEXPIRE', KEYS[2], 2592000000)
+    local fence = next_fence(KEYS[2], now_us, tonumber(ARGV[5]))
     if head then
       redis.call('ZREM', KEYS[3], waiter)
       redis.call('ZREM', KEYS[4], waiter)
     end
     return {1, fence}
   end
-  pttl = 0
+  -- Free (its holder's lease ran out), but others wait: the first of them gets it now.
+  if hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[6], now_us) then
+    pttl = redis.call('PTTL', KEYS[1])
+  else
+    pttl = 0
+  end
 end
 
 if waiter ~= '' then

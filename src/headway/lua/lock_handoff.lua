@@ -1,0 +1,48 @@
+-- Direct handoff, included by lock_release.lua and lock_leave.lua (not run alone).
+-- A waiter id is "<token>:<ttl_ms>": the lease token it will hold and the TTL it asked for.
+
+-- The fencing token of a new grant: one more than the last, and above `floor` and the
+-- server's clock in microseconds (so a lost counter never makes it go backwards).
+local function next_fence(fence_key, now_us, floor)
+  local fence = redis.call('INCR', fence_key)
+  local least = math.max(now_us, floor)
+  if fence <= least then
+    fence = least + 1
+    redis.call('SET', fence_key, string.format('%.0f', fence))
+  end
+  redis.call('PEXPIRE', fence_key, 2592000000)
+  return fence
+end
+
+-- Grant the free lock to the first waiter whose place is still valid (dropping lapsed
+-- ones) and tell it on `channel` with "<waiter> <fence>". Returns the waiter and fence,
+-- or nil when nobody waits.
+local function hand_off(owner, fence_key, queue, places, channel, now_us)
+  local now_ms = math.floor(now_us / 1000)
+  while true do
+    local head = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not head then
+      return nil
+    end
+    local until_ms = tonumber(redis.call('ZSCORE', places, head) or '0')
+    local token, ttl_ms = string.match(head, '^(.+):(%d+)$')
+    if until_ms > now_ms and not token then
+      -- Not a waiter id this version writes: wake it, to try again in its place.
+      redis.call('PUBLISH', channel, head)
+      return nil
+    end
+    redis.call('ZREM', queue, head)
+    redis.call('ZREM', places, head)
+    if until_ms > now_ms then
+      redis.call('SET', owner, token, 'PX', ttl_ms)
+      local fence = next_fence(fence_key, now_us, 0)
+      redis.call('PUBLISH', channel, head .. ' ' .. string.format('%.0f', fence))
+      return {head, fence}
+    end
+  end
+end
+
+local function server_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
