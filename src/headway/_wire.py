@@ -27,6 +27,7 @@ A Cluster client, a client whose connections we cannot take over, or
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import weakref
 from collections import deque
@@ -67,12 +68,21 @@ def _bulk(value: Arg) -> bytes:
     return b"$%d\r\n%b\r\n" % (len(value), value)
 
 
+@functools.lru_cache(maxsize=4096)
+def _packed_keys(keys: tuple[str, ...]) -> bytes:
+    return b"".join([_bulk(len(keys)), *map(_bulk, keys)])
+
+
 def _tail(keys: Sequence[str], args: Sequence[Arg]) -> tuple[int, bytes]:
-    """The part of an EVAL/EVALSHA after the script: (element count, packed bytes)."""
-    parts = [_bulk(len(keys))]
-    parts += [_bulk(key) for key in keys]
-    parts += [_bulk(arg) for arg in args]
-    return len(parts), b"".join(parts)
+    """The part of an EVAL/EVALSHA after the script: (element count, packed bytes).
+
+    Keys given as a tuple are packed once and remembered (a lock's keys are the
+    same on every call); a list is packed afresh.
+    """
+    packed = (
+        _packed_keys(keys) if isinstance(keys, tuple) else _packed_keys.__wrapped__(tuple(keys))
+    )
+    return 1 + len(keys) + len(args), b"".join([packed, *map(_bulk, args)])
 
 
 class _Call:

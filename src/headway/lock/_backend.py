@@ -122,6 +122,9 @@ class QueuedBackend(ABC):
     """An async backend with a FIFO wait queue and wake-ups (see ``_flow``)."""
 
     name = "queued"
+    #: Names this backend in its waiters' ids, for backends that hand a released lock
+    #: to their own waiters directly (see ``lock_handoff.lua``).
+    node = ""
 
     def __init__(self, clock: Clock | None = None) -> None:
         self.clock: Clock = clock or MonotonicClock()
@@ -157,7 +160,7 @@ class QueuedBackend(ABC):
 
     async def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
         """Acquire ``resource`` (see ``LockBackend.acquire``)."""
-        flow = acquire_flow(resource, ttl, timeout, self.clock)
+        flow = acquire_flow(resource, ttl, timeout, self.clock, node=self.node)
         step = next(flow)
         assert isinstance(step, Try)
         waiter, token = step.waiter, step.token

@@ -44,9 +44,11 @@ PLACE_MS = 2000
 _FREE_RETRY = 0.05
 
 
-def waiter_id(token: str, ttl_ms: int) -> str:
-    """A waiter's id in the queue: the token it will hold and its TTL, for a direct handoff."""
-    return f"{token}:{ttl_ms}"
+def waiter_id(token: str, ttl_ms: int, node: str = "") -> str:
+    """A waiter's id in the queue, for a direct handoff: the token it will hold, its TTL,
+    and the client it waits in (``node``; a release from that client tells it directly).
+    """
+    return f"{token}:{ttl_ms}:{node}"
 
 
 def parse_wake(message: str) -> tuple[str, int | None]:
@@ -117,12 +119,13 @@ def acquire_flow(
     timeout: float,
     clock: Callable[[], float],
     token: str | None = None,
+    node: str = "",
 ) -> Generator[Step, Attempt | bool | int | None, Lease]:
     """Acquire ``resource`` for ``ttl`` seconds, waiting up to ``timeout`` seconds."""
     ttl_ms = check_ttl(ttl)
     timeout = check_timeout(timeout)
     token = token or new_token()
-    waiter = waiter_id(token, ttl_ms) if timeout > 0 else ""
+    waiter = waiter_id(token, ttl_ms, node) if timeout > 0 else ""
     deadline = clock() + timeout
     listening = False
     while True:

@@ -13,7 +13,7 @@ import contextlib
 import functools
 import logging
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -60,32 +60,50 @@ class _Keys:
     places: str
     released: str
     channel: str
+    # What each script is called with (tuples: the pipelined connection packs them once).
+    acquire: tuple[str, ...] = ()
+    release: tuple[str, ...] = ()
+    leave: tuple[str, ...] = ()
 
 
 @functools.lru_cache(maxsize=4096)
 def lock_keys(resource: str) -> _Keys:
     """The keys (and wake-up channel) of one lock, all under one hash tag."""
     parts = ("owner", "fence", "queue", "places", "released", "wake")
-    return _Keys(*tagged("lock", resource, *parts))
+    owner, fence, queue, places, released, channel = tagged("lock", resource, *parts)
+    return _Keys(
+        owner,
+        fence,
+        queue,
+        places,
+        released,
+        channel,
+        acquire=(owner, fence, queue, places),
+        release=(owner, queue, places, released, fence),
+        leave=(owner, queue, places, fence),
+    )
 
 
-def release_call(resource: str, token: str) -> tuple[list[str], list[Any]]:
-    """Keys and arguments of one ``lock_release`` call (each call gets its own id)."""
+def release_call(resource: str, token: str, node: str = "") -> tuple[tuple[str, ...], list[Any]]:
+    """Keys and arguments of one ``lock_release`` call (each call gets its own id).
+
+    ``node`` names the releasing client: its own waiters are handed the lock without
+    a message on the channel, as it tells them itself.
+    """
     k = lock_keys(resource)
-    keys = [k.owner, k.queue, k.places, k.released, k.fence]
-    return keys, [token, k.channel, secrets.token_hex(8)]
+    return k.release, [token, k.channel, secrets.token_hex(8), node]
 
 
-def leave_call(resource: str, waiter: str) -> tuple[list[str], list[Any]]:
+def leave_call(resource: str, waiter: str) -> tuple[tuple[str, ...], list[Any]]:
     """Keys and arguments of one ``lock_leave`` call."""
     k = lock_keys(resource)
-    return [k.owner, k.queue, k.places, k.fence], [waiter, k.channel]
+    return k.leave, [waiter, k.channel]
 
 
-def acquire_call(resource: str, step: Try, floor: int = 0) -> tuple[list[str], list[Any]]:
+def acquire_call(resource: str, step: Try, floor: int = 0) -> tuple[tuple[str, ...], list[Any]]:
     """Keys and arguments of ``lock_acquire`` for one attempt."""
     k = lock_keys(resource)
-    return [k.owner, k.fence, k.queue, k.places], [
+    return k.acquire, [
         step.token,
         step.ttl_ms,
         step.waiter,
@@ -125,8 +143,7 @@ class _EventWaiter:
     async def wait(self, seconds: float) -> int | None:
         if not self.wake.event.is_set():
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(seconds):
-                    await self.wake.event.wait()
+                await within(seconds, self.wake.event.wait())
         self.wake.event.clear()
         return self.wake.fence
 
@@ -290,6 +307,7 @@ class RedisLockBackend(QueuedBackend):
         self.timeout = timeout
         self._wires = Wires(client, coalesce)
         self._waker = _Waker(client, timeout)
+        self.node = secrets.token_hex(4)
 
     @classmethod
     def from_url(
@@ -303,7 +321,7 @@ class RedisLockBackend(QueuedBackend):
     async def _call(
         self,
         script: Script,
-        keys: list[str],
+        keys: Sequence[str],
         args: list[Any],
         orphan: Callable[[Any], object] | None = None,
     ) -> Any:
@@ -329,11 +347,16 @@ class RedisLockBackend(QueuedBackend):
         return Attempt.from_reply(await self._call(ACQUIRE, keys, args, orphan))
 
     async def _release(self, resource: str, token: str) -> bool:
-        keys, args = release_call(resource, token)
-        reply = await self._call(RELEASE, keys, args)
-        if isinstance(reply, list):  # {1, waiter, fence}: handed to the next waiter
-            self._waker.hand(lock_keys(resource).channel, _text(reply[1]), int(reply[2]))
-            return True
+        def handed(reply: Any) -> None:
+            # {1, waiter, fence}: handed to the next waiter, which we tell if it is ours
+            # (a waiter of another client hears it on the channel). Done even if our
+            # caller stopped waiting, so our waiter is not left to its bounded wait.
+            if isinstance(reply, list):
+                self._waker.hand(lock_keys(resource).channel, _text(reply[1]), int(reply[2]))
+
+        keys, args = release_call(resource, token, self.node)
+        reply = await self._call(RELEASE, keys, args, handed)
+        handed(reply)
         return bool(reply)
 
     async def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:

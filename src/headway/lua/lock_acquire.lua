@@ -5,7 +5,7 @@
 -- KEYS[4] places zset: waiter id -> server time (ms) after which its place is void
 -- ARGV[1] token    random token of the new lease
 -- ARGV[2] ttl_ms   lease TTL in milliseconds
--- ARGV[3] waiter   waiter id ("<token>:<ttl_ms>"), or "" for a single attempt that does not queue
+-- ARGV[3] waiter   waiter id ("<token>:<ttl_ms>:<node>"), or "" for a single attempt that does not queue
 -- ARGV[4] place_ms how long a queued waiter keeps its place without trying again
 -- ARGV[5] floor    the new fencing token must exceed this (Redlock's majority read); else 0
 -- ARGV[6] channel  pub/sub channel of the waiters
@@ -45,7 +45,7 @@ if pttl == -2 then
     return {1, fence}
   end
   -- Free (its holder's lease ran out), but others wait: the first of them gets it now.
-  if hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[6], now_us) then
+  if hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[6], now_us, '') then
     pttl = redis.call('PTTL', KEYS[1])
   else
     pttl = 0

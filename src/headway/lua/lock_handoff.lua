@@ -1,5 +1,6 @@
 -- Direct handoff, included by lock_release.lua and lock_leave.lua (not run alone).
--- A waiter id is "<token>:<ttl_ms>": the lease token it will hold and the TTL it asked for.
+-- A waiter id is "<token>:<ttl_ms>:<node>": the lease token it will hold, the TTL it
+-- asked for, and the client (backend instance) it waits in, which may be empty.
 
 -- The fencing token of a new grant: one more than the last, and above `floor` and the
 -- server's clock in microseconds (so a lost counter never makes it go backwards).
@@ -15,9 +16,10 @@ local function next_fence(fence_key, now_us, floor)
 end
 
 -- Grant the free lock to the first waiter whose place is still valid (dropping lapsed
--- ones) and tell it on `channel` with "<waiter> <fence>". Returns the waiter and fence,
--- or nil when nobody waits.
-local function hand_off(owner, fence_key, queue, places, channel, now_us)
+-- ones) and tell it on `channel` with "<waiter> <fence>", unless it waits in `node`
+-- (the caller's own client, which tells it without a message). Returns the waiter and
+-- fence, or nil when nobody waits.
+local function hand_off(owner, fence_key, queue, places, channel, now_us, node)
   local now_ms = math.floor(now_us / 1000)
   while true do
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
@@ -25,7 +27,7 @@ local function hand_off(owner, fence_key, queue, places, channel, now_us)
       return nil
     end
     local until_ms = tonumber(redis.call('ZSCORE', places, head) or '0')
-    local token, ttl_ms = string.match(head, '^(.+):(%d+)$')
+    local token, ttl_ms, home = string.match(head, '^(.+):(%d+):(.*)$')
     if until_ms > now_ms and not token then
       -- Not a waiter id this version writes: wake it, to try again in its place.
       redis.call('PUBLISH', channel, head)
@@ -36,7 +38,9 @@ local function hand_off(owner, fence_key, queue, places, channel, now_us)
     if until_ms > now_ms then
       redis.call('SET', owner, token, 'PX', ttl_ms)
       local fence = next_fence(fence_key, now_us, 0)
-      redis.call('PUBLISH', channel, head .. ' ' .. string.format('%.0f', fence))
+      if node == '' or home ~= node then
+        redis.call('PUBLISH', channel, head .. ' ' .. string.format('%.0f', fence))
+      end
       return {head, fence}
     end
   end

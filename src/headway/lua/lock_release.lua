@@ -7,6 +7,7 @@
 -- ARGV[1] token    the lease's token
 -- ARGV[2] channel  pub/sub channel on which the waiters listen
 -- ARGV[3] call     random id of this release call
+-- ARGV[4] node     the releasing client's id: its own waiters are told by it, not on the channel
 -- Returns 1 when released, {1, waiter, fence} when released and handed to `waiter`,
 -- 0 when the token no longer holds the lock (nothing touched).
 -- Idempotent per call: a retried release (redis-py retries a command whose reply was
@@ -21,7 +22,7 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
 end
 redis.call('DEL', KEYS[1])
 redis.call('SET', KEYS[4], done, 'PX', 60000)
-local granted = hand_off(KEYS[1], KEYS[5], KEYS[2], KEYS[3], ARGV[2], server_us())
+local granted = hand_off(KEYS[1], KEYS[5], KEYS[2], KEYS[3], ARGV[2], server_us(), ARGV[4])
 if granted then
   return {1, granted[1], granted[2]}
 end
