@@ -20,6 +20,8 @@ from redis import asyncio as aioredis
 from redis.exceptions import NoScriptError
 
 import headway
+from headway._scripts import Script
+from headway._wire import Wires
 
 TTL = 10
 WAIT = 60.0
@@ -95,6 +97,12 @@ class _HeadwayAsync:
     def __init__(self, lock: headway.Lock) -> None:
         self.lock = lock
         self.lease: headway.Lease | None = None
+
+    def wire_requests(self) -> int:
+        """Requests written on headway's own connection (not seen by ``Writes``)."""
+        backend = self.lock.backend
+        assert isinstance(backend, headway.RedisLockBackend)
+        return backend._wires.wire().requests
 
     async def aclose(self) -> None:
         backend = self.lock.backend
@@ -188,6 +196,27 @@ class _AsyncFloor:
         pass
 
 
+class _WireFloor:
+    """The same two round trips on headway's own pipelined connection."""
+
+    def __init__(self, client: Any) -> None:
+        self.wires = Wires(client)
+
+    def wire_requests(self) -> int:
+        return self.wires.wire().requests
+
+    async def acquire(self) -> None:
+        await self.wires.call(_NOOP_SCRIPT, ["k"], [])
+
+    release = acquire
+
+    async def aclose(self) -> None:
+        await self.wires.aclose()
+
+
+_NOOP_SCRIPT = Script.from_source("noop", _NOOP)
+
+
 def _headway_async(client: Any, key: str) -> Callable[[], _HeadwayAsync]:
     lock = headway.Lock(headway.RedisLockBackend(client), key, ttl=TTL, timeout=WAIT)
     return lambda: _HeadwayAsync(lock)
@@ -222,6 +251,13 @@ def _pottery(client: Any, key: str) -> Callable[[], _Plain]:
 SUBJECTS = [
     Subject(
         "floor async", True, lambda c, k: lambda: _AsyncFloor(c), "2 x EVALSHA 'return 1'", False
+    ),
+    Subject(
+        "floor async, headway's connection",
+        True,
+        lambda c, k: lambda: _WireFloor(c),
+        "2 x EVALSHA 'return 1'",
+        False,
     ),
     Subject("headway async", True, _headway_async),
     Subject("headway async hold()", True, _headway_hold, "acquire + renewal watchdog"),
