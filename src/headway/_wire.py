@@ -32,7 +32,7 @@ import logging
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import hiredis
 from redis import asyncio as aioredis
@@ -40,7 +40,7 @@ from redis import exceptions as redis_errors
 
 from ._scripts import Arg, Script
 
-__all__ = ["Wire", "Wires", "forget", "reply_of"]
+__all__ = ["Packed", "Wire", "Wires", "forget", "pack", "reply_of"]
 
 log = logging.getLogger("headway")
 
@@ -68,20 +68,39 @@ def _bulk(value: Arg) -> bytes:
     return b"$%d\r\n%b\r\n" % (len(value), value)
 
 
+class Packed(NamedTuple):
+    """Arguments packed once by ``pack`` and reused for many calls."""
+
+    values: tuple[Arg, ...]
+    data: bytes
+
+
+def pack(args: Sequence[Arg]) -> Packed:
+    """Pack script arguments that many calls share (they cost nothing per call then)."""
+    return Packed(tuple(args), b"".join(map(_bulk, args)))
+
+
+def _values(args: Sequence[Arg] | Packed) -> Sequence[Arg]:
+    return args.values if isinstance(args, Packed) else args
+
+
 @functools.lru_cache(maxsize=4096)
 def _packed_keys(keys: tuple[str, ...]) -> bytes:
     return b"".join([_bulk(len(keys)), *map(_bulk, keys)])
 
 
-def _tail(keys: Sequence[str], args: Sequence[Arg]) -> tuple[int, bytes]:
+def _tail(keys: Sequence[str], args: Sequence[Arg] | Packed) -> tuple[int, bytes]:
     """The part of an EVAL/EVALSHA after the script: (element count, packed bytes).
 
     Keys given as a tuple are packed once and remembered (a lock's keys are the
-    same on every call); a list is packed afresh.
+    same on every call); a list is packed afresh. ``args`` may come packed.
     """
-    packed = (
-        _packed_keys(keys) if isinstance(keys, tuple) else _packed_keys.__wrapped__(tuple(keys))
-    )
+    if isinstance(keys, tuple):
+        packed = _packed_keys(keys)
+    else:
+        packed = _packed_keys.__wrapped__(tuple(keys))
+    if isinstance(args, Packed):
+        return 1 + len(keys) + len(args.values), packed + args.data
     return 1 + len(keys) + len(args), b"".join([packed, *map(_bulk, args)])
 
 
@@ -252,7 +271,11 @@ class Wire:
         return self._connection is not None and not self._connection.lost
 
     def submit(
-        self, script: Script, keys: Sequence[str], args: Sequence[Arg], orphan: Orphan | None = None
+        self,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[Arg] | Packed,
+        orphan: Orphan | None = None,
     ) -> asyncio.Future[Any]:
         """Write one call now and return the future of its reply (requires ``ready``)."""
         connection = self._connection
@@ -264,13 +287,17 @@ class Wire:
         return call.future
 
     async def call(
-        self, script: Script, keys: Sequence[str], args: Sequence[Arg], orphan: Orphan | None = None
+        self,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[Arg] | Packed,
+        orphan: Orphan | None = None,
     ) -> Any:
         """Run ``script`` and return its reply (see the module for ``orphan``)."""
         if not self.ready:
             await self._connect()
             if not self.supported:
-                return await script.run(self.client, keys, args)
+                return await script.run(self.client, keys, _values(args))
         return await reply_of(self.submit(script, keys, args, orphan), orphan)
 
     async def _connect(self) -> None:
@@ -358,7 +385,11 @@ class Wires:
         return wire if wire is not None and wire.ready else None
 
     async def call(
-        self, script: Script, keys: Sequence[str], args: Sequence[Arg], orphan: Orphan | None = None
+        self,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[Arg] | Packed,
+        orphan: Orphan | None = None,
     ) -> Any:
         """Run ``script`` on the running loop's wire, or through redis-py when disabled.
 
@@ -366,7 +397,7 @@ class Wires:
         redis-py keep their own cancellation shield.
         """
         if not self.enabled:
-            return await script.run(self.client, keys, args)
+            return await script.run(self.client, keys, _values(args))
         return await self.wire().call(script, keys, args, orphan)
 
     async def aclose(self) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 __all__ = [
     "MAX_UNITS",
@@ -220,6 +220,7 @@ class PolicySet(tuple[Policy, ...]):
     flat: tuple[int, ...]
     suffixes: tuple[str, ...]
     kinds: tuple[int, ...]  # the algorithms used, sorted, once each
+    packed: dict[tuple[int, bool], Any]  # the Redis backend's packed arguments, per cost
 
     def __new__(cls, policies: Iterable[Policy]) -> PolicySet:
         self = super().__new__(cls, policies)
@@ -227,6 +228,7 @@ class PolicySet(tuple[Policy, ...]):
         self.flat = tuple(n for spec in self.specs for n in spec)
         self.suffixes = tuple(p.key_part for p in self)
         self.kinds = tuple(sorted({p.kind for p in self}))
+        self.packed = {}
         return self
 
     @classmethod

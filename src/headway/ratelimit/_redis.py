@@ -17,7 +17,7 @@ from redis import asyncio as aioredis
 
 from .._errors import BackendUnavailable
 from .._scripts import Script
-from .._wire import Wires, forget
+from .._wire import Packed, Wires, forget, pack
 from ..lock._redis import UNAVAILABLE
 from ._backend import decide_call, state_keys
 from ._model import Verdict
@@ -49,6 +49,16 @@ def decide_script(policies: Sequence[Policy]) -> Script:
         include = ("rl_common", *(ALGORITHMS[kind] for kind in kinds))
         script = _DECIDE[kinds] = Script("rl_decide", include=include)
     return script
+
+
+def _packed_args(policies: PolicySet, cost: int, peek: bool) -> Packed:
+    cache = policies.packed
+    packed = cache.get((cost, peek))
+    if packed is None:
+        if len(cache) >= 64:  # costs vary little; a caller that varies them a lot pays packing
+            cache.clear()
+        packed = cache[cost, peek] = pack(decide_call("", policies, cost, peek, None)[1])
+    return packed
 
 
 def _unavailable(exc: BaseException) -> BackendUnavailable:
@@ -92,8 +102,14 @@ class RedisRateLimitBackend:
         now_us: int | None = None,
     ) -> Verdict:
         """Decide (see ``RateLimitBackend.decide``): one EVALSHA."""
-        keys, args = decide_call(key, policies, cost, peek, now_us)
         script = decide_script(policies)
+        keys: Sequence[str]
+        args: Sequence[int | str] | Packed
+        if now_us is None and isinstance(policies, PolicySet):
+            # Every argument but the cost is the limiter's own: packed once per cost.
+            keys, args = tuple(state_keys(key, policies)), _packed_args(policies, cost, peek)
+        else:
+            keys, args = decide_call(key, policies, cost, peek, now_us)
         try:
             reply = await self._wires.call(script, keys, args)
         except UNAVAILABLE as exc:
