@@ -183,10 +183,9 @@ class _Waker:
             if fresh:
                 await self._subscribe(channel, state)
             # A wait is bounded anyway, so a slow confirmation only costs latency.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._timeout):
-                    if self._channels.get(channel) is state:
-                        await state.subscribed.wait()
+            if not state.subscribed.is_set() and self._channels.get(channel) is state:
+                with contextlib.suppress(TimeoutError):
+                    await within(self._timeout, state.subscribed.wait())
             yield _EventWaiter(wake)
         finally:
             del state.waiters[waiter]
