@@ -86,10 +86,12 @@ def uncontended_sync(result: Result, url: str, cfg: Config, server: Server | Non
         worker.acquire()
         worker.release()
     if server is not None:
-        before, Writes.count = server.snapshot(), 0
+        wire_requests = getattr(worker, "wire_requests", lambda: 0)
+        before, Writes.count, requests = server.snapshot(), 0, wire_requests()
         for _ in range(cfg.counted):
             worker.acquire()
             worker.release()
+        Writes.count += wire_requests() - requests
         server.count(result, before, cfg.counted)
     stamps = [time.perf_counter()]
     for _ in range(cfg.cycles):

@@ -80,6 +80,12 @@ class _HeadwaySync:
         self.lock = lock
         self.lease: headway.Lease | None = None
 
+    def wire_requests(self) -> int:
+        """Requests written on headway's own sockets (not seen by ``Writes``)."""
+        backend = self.lock.backend
+        assert isinstance(backend, headway.SyncRedisLockBackend)
+        return backend._wire.requests
+
     def acquire(self) -> None:
         self.lease = self.lock.acquire()
 

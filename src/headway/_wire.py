@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -36,11 +37,12 @@ from typing import Any, NamedTuple
 
 import hiredis
 from redis import asyncio as aioredis
+from redis import cluster as redis_cluster
 from redis import exceptions as redis_errors
 
 from ._scripts import Arg, Script
 
-__all__ = ["Packed", "Wire", "Wires", "forget", "pack", "reply_of"]
+__all__ = ["Packed", "SyncWire", "Wire", "Wires", "forget", "pack", "reply_of"]
 
 log = logging.getLogger("headway")
 
@@ -405,3 +407,89 @@ class Wires:
         wire = self._wires.pop(asyncio.get_running_loop(), None)
         if wire is not None:
             await wire.aclose()
+
+
+class _SyncConnection:
+    """One socket taken over from a sync redis-py connection: a call, then its reply."""
+
+    def __init__(self, borrowed: Any) -> None:
+        self.borrowed = borrowed  # kept, so its __del__ closes the socket with it
+        self.sock = borrowed._sock
+        self.reader = hiredis.Reader(replyError=_error)
+
+    def call(self, script: Script, keys: Sequence[str], args: Sequence[Arg] | Packed) -> Any:
+        count, tail = _tail(keys, args)
+        reply = self._round_trip(b"*%d\r\n%b%b" % (count + 2, script.evalsha_head, tail))
+        if isinstance(reply, redis_errors.NoScriptError):  # EVAL runs it and caches it again
+            reply = self._round_trip(b"*%d\r\n%b%b" % (count + 2, script.eval_head, tail))
+        return reply
+
+    def _round_trip(self, data: bytes) -> Any:
+        self.sock.sendall(data)
+        while (reply := self.reader.gets()) is False:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise redis_errors.ConnectionError("Connection closed by Redis.")
+            self.reader.feed(chunk)
+        return reply
+
+    def close(self) -> None:
+        self.borrowed.disconnect()
+
+
+class SyncWire:
+    """The sync counterpart of ``Wire``: script calls on sockets headway drives itself.
+
+    Each call takes an idle connection (or opens one with redis-py, from the client's
+    settings), writes the call, reads its reply and puts the connection back, so
+    threads never share one mid-call. A connection that fails mid-call is closed: what
+    became of its call is unknown. ``enabled=False`` or a Cluster client sends every
+    call through redis-py.
+    """
+
+    def __init__(self, client: Any, enabled: bool = True) -> None:
+        self.client = client
+        self.enabled = enabled and not isinstance(client, redis_cluster.RedisCluster)
+        self.requests = 0
+        self._idle: list[_SyncConnection] = []
+        self._pid = os.getpid()
+
+    def call(self, script: Script, keys: Sequence[str], args: Sequence[Arg] | Packed) -> Any:
+        """Run ``script`` and return its reply (an error reply is raised)."""
+        if not self.enabled:
+            return script.run_sync(self.client, keys, _values(args))
+        if os.getpid() != self._pid:  # forked: the parent's sockets are not ours to use
+            self._idle, self._pid = [], os.getpid()
+        connection: _SyncConnection | None
+        try:
+            connection = self._idle.pop()  # atomic: threads never get the same one
+        except IndexError:
+            connection = self._open()
+        if connection is None:
+            return script.run_sync(self.client, keys, _values(args))
+        self.requests += 1
+        try:
+            reply = connection.call(script, keys, args)
+        except BaseException:
+            connection.close()
+            raise
+        self._idle.append(connection)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    def _open(self) -> _SyncConnection | None:
+        borrowed = self.client.connection_pool.make_connection()
+        borrowed.connect()
+        if getattr(borrowed, "_sock", None) is None:
+            borrowed.disconnect()
+            self.enabled = False
+            log.warning("cannot drive %r directly: every call goes through redis-py", borrowed)
+            return None
+        return _SyncConnection(borrowed)
+
+    def close(self) -> None:
+        """Close the idle connections (one still in a call closes when it is collected)."""
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()

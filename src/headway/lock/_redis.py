@@ -25,7 +25,7 @@ from .._clock import Clock, within
 from .._errors import BackendUnavailable
 from .._keys import tagged
 from .._scripts import Script
-from .._wire import Wires, forget
+from .._wire import SyncWire, Wires, forget
 from ._backend import QueuedBackend, SyncQueuedBackend
 from ._flow import Attempt, Try, parse_wake
 from ._sync_waker import SyncWaker
@@ -64,6 +64,7 @@ class _Keys:
     acquire: tuple[str, ...] = ()
     release: tuple[str, ...] = ()
     leave: tuple[str, ...] = ()
+    extend: tuple[str, ...] = ()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -81,6 +82,7 @@ def lock_keys(resource: str) -> _Keys:
         acquire=(owner, fence, queue, places),
         release=(owner, queue, places, released, fence),
         leave=(owner, queue, places, fence),
+        extend=(owner,),
     )
 
 
@@ -359,7 +361,7 @@ class RedisLockBackend(QueuedBackend):
         return bool(reply)
 
     async def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:
-        keys = [lock_keys(resource).owner]
+        keys = lock_keys(resource).extend
         return bool(await self._call(EXTEND, keys, [token, ttl_ms]))
 
     async def _leave(self, resource: str, waiter: str) -> None:
@@ -381,22 +383,38 @@ class RedisLockBackend(QueuedBackend):
 
 
 class SyncRedisLockBackend(SyncQueuedBackend):
-    """The synchronous Redis backend (``redis.Redis`` or ``redis.cluster.RedisCluster``)."""
+    """The synchronous Redis backend (``redis.Redis`` or ``redis.cluster.RedisCluster``).
+
+    With ``direct`` (the default) the scripts go over sockets headway drives
+    itself (``_wire.SyncWire``), one per thread in a call; ``direct=False``, or
+    a Cluster client, sends every call through redis-py. The client's socket
+    timeout bounds every round trip.
+    """
 
     name = "redis"
 
-    def __init__(self, client: Any, *, timeout: float = 2.0, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        timeout: float = 2.0,
+        direct: bool = True,
+        clock: Clock | None = None,
+    ) -> None:
         super().__init__(clock)
         self.client = client
         self.timeout = timeout
+        self._wire = SyncWire(client, direct)
         self._waker = SyncWaker(client, timeout, UNAVAILABLE)
 
     @classmethod
-    def from_url(cls, url: str, *, timeout: float = 2.0, **options: Any) -> SyncRedisLockBackend:
+    def from_url(
+        cls, url: str, *, timeout: float = 2.0, direct: bool = True, **options: Any
+    ) -> SyncRedisLockBackend:
         """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
         options.setdefault("socket_connect_timeout", timeout)
         options.setdefault("socket_timeout", timeout)
-        return cls(redis.Redis.from_url(url, **options), timeout=timeout)
+        return cls(redis.Redis.from_url(url, **options), timeout=timeout, direct=direct)
 
     def _call(self, call: Callable[[], T]) -> T:
         try:
@@ -406,19 +424,19 @@ class SyncRedisLockBackend(SyncQueuedBackend):
 
     def _try(self, resource: str, step: Try) -> Attempt:
         keys, args = acquire_call(resource, step)
-        return Attempt.from_reply(self._call(lambda: ACQUIRE.run_sync(self.client, keys, args)))
+        return Attempt.from_reply(self._call(lambda: self._wire.call(ACQUIRE, keys, args)))
 
     def _release(self, resource: str, token: str) -> bool:
         keys, args = release_call(resource, token)
-        return bool(self._call(lambda: RELEASE.run_sync(self.client, keys, args)))
+        return bool(self._call(lambda: self._wire.call(RELEASE, keys, args)))
 
     def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:
-        keys = [lock_keys(resource).owner]
-        return bool(self._call(lambda: EXTEND.run_sync(self.client, keys, [token, ttl_ms])))
+        keys = lock_keys(resource).extend
+        return bool(self._call(lambda: self._wire.call(EXTEND, keys, [token, ttl_ms])))
 
     def _leave(self, resource: str, waiter: str) -> None:
         keys, args = leave_call(resource, waiter)
-        self._call(lambda: LEAVE.run_sync(self.client, keys, args))
+        self._call(lambda: self._wire.call(LEAVE, keys, args))
 
     def _listen(self, resource: str, waiter: str) -> contextlib.AbstractContextManager[Any]:
         return self._waker.listen(lock_keys(resource).channel, waiter)
@@ -427,5 +445,9 @@ class SyncRedisLockBackend(SyncQueuedBackend):
         return self._waker.ready(lock_keys(resource).channel)
 
     def close(self) -> None:
-        """Stop the wake-up listener (the client itself stays the caller's)."""
+        """Stop the wake-up listener and close headway's connections.
+
+        The client itself stays the caller's.
+        """
         self._waker.close()
+        self._wire.close()

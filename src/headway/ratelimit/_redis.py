@@ -17,7 +17,7 @@ from redis import asyncio as aioredis
 
 from .._errors import BackendUnavailable
 from .._scripts import Script
-from .._wire import Packed, Wires, forget, pack
+from .._wire import Packed, SyncWire, Wires, forget, pack
 from ..lock._redis import UNAVAILABLE
 from ._backend import decide_call, state_keys
 from ._model import Verdict
@@ -164,21 +164,28 @@ class SyncRedisRateLimitBackend:
     """The synchronous Redis backend (``redis.Redis`` or ``redis.cluster.RedisCluster``).
 
     The latency budget is the client's socket timeout: set it with ``from_url``.
+    With ``direct`` (the default) the scripts go over sockets headway drives itself
+    (``_wire.SyncWire``); ``direct=False``, or a Cluster client, goes through redis-py.
     """
 
     name = "redis"
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, *, direct: bool = True) -> None:
         self.client = client
+        self._wire = SyncWire(client, direct)
 
     @classmethod
     def from_url(
-        cls, url: str, *, timeout: float = 1.0, **options: Any
+        cls, url: str, *, timeout: float = 1.0, direct: bool = True, **options: Any
     ) -> SyncRedisRateLimitBackend:
         """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
         options.setdefault("socket_connect_timeout", timeout)
         options.setdefault("socket_timeout", timeout)
-        return cls(redis.Redis.from_url(url, **options))
+        return cls(redis.Redis.from_url(url, **options), direct=direct)
+
+    def close(self) -> None:
+        """Close headway's connections (the client stays the caller's)."""
+        self._wire.close()
 
     def decide(
         self,
@@ -192,7 +199,7 @@ class SyncRedisRateLimitBackend:
         """Decide (see ``RateLimitBackend.decide``): one EVALSHA."""
         keys, args = decide_call(key, policies, cost, peek, now_us)
         try:
-            reply = decide_script(policies).run_sync(self.client, keys, args)
+            reply = self._wire.call(decide_script(policies), keys, args)
         except UNAVAILABLE as exc:
             raise _unavailable(exc) from exc
         return Verdict.from_reply(reply)
@@ -206,7 +213,7 @@ class SyncRedisRateLimitBackend:
 
     def _slot(self, script: Script, key: str, policy: Concurrency, args: list[Any]) -> Any:
         try:
-            return script.run_sync(self.client, [slot_key(key, policy)], args)
+            return self._wire.call(script, [slot_key(key, policy)], args)
         except UNAVAILABLE as exc:
             raise _unavailable(exc) from exc
 
