@@ -88,6 +88,9 @@ async def test_replays_cost_no_quota_with_idempotency_outside(store: RecordStore
         replays = [await pay(client, '"order-1"') for _ in range(5)]
         second = await pay(client, '"order-2"')
         over = await pay(client, '"order-3"')
+        over_again = await pay(client, '"order-3"')
+        clock.advance(WINDOW)
+        later = await pay(client, '"order-3"')
     assert first.status_code == 201
     assert remaining(first) == QUOTA - 1
     for replay in replays:
@@ -99,7 +102,14 @@ async def test_replays_cost_no_quota_with_idempotency_outside(store: RecordStore
     assert second.status_code == 201
     assert remaining(second) == 0
     assert over.status_code == 429
-    assert charges == [1, 2]
+    # The refusal was not stored: the retry meets the limiter again, rather than a replay
+    # of the 429 (without its Retry-After) for the record's whole TTL.
+    assert over_again.status_code == 429
+    assert "idempotent-replayed" not in over_again.headers
+    assert "retry-after" in over_again.headers
+    assert later.status_code == 201  # a new window: the refused request runs at last
+    assert "idempotent-replayed" not in later.headers
+    assert charges == [1, 2, 3]
 
 
 async def test_replays_are_charged_with_the_limiter_outside(store: RecordStore) -> None:
