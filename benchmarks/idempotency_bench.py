@@ -114,8 +114,11 @@ def count_sql(engine: AsyncEngine) -> None:
     def statement(*_: Any) -> None:
         Counts.sql += 1
 
-    def begin(*_: Any) -> None:
-        Counts.transactions += 1
+    def begin(conn: sa.Connection) -> None:
+        # An autocommitting connection sends neither BEGIN nor COMMIT (asyncpg starts no
+        # transaction), so its statements are counted alone.
+        if conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+            Counts.transactions += 1
 
     sa.event.listen(engine.sync_engine, "before_cursor_execute", statement)
     sa.event.listen(engine.sync_engine, "begin", begin)
@@ -169,6 +172,12 @@ async def latency_round(
         async with engine.connect() as conn:
             assert (await conn.execute(pk)).first() is not None
 
+    autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    async def pk_select_autocommit() -> None:
+        async with autocommit.connect() as conn:
+            assert (await conn.execute(pk)).first() is not None
+
     async def store_get() -> None:
         assert await store.get(scope_, key_) is not None
 
@@ -183,6 +192,8 @@ async def latency_round(
 
     rows = {
         "PK SELECT (engine.connect)": pk_select,
+        # Not the baseline: the same SELECT without BEGIN/COMMIT, the round trips a replay makes.
+        "PK SELECT (autocommit)": pk_select_autocommit,
         "RecordStore.get": store_get,
         "bare endpoint": bare_call,
         "headway replay": replay,
@@ -271,10 +282,13 @@ def report(out: Results, config: Config) -> str:
             f"| {avg.pg_round_trips:.2f} | {avg.redis_writes:.2f} | {avg.redis_commands:.2f} |"
         )
     replay, first = out.latency["headway replay"], out.latency["headway first execution"]
+    auto = out.latency["PK SELECT (autocommit)"]
     lines += [
         "",
         f"replay / PK SELECT: p50 {replay.p50() / pk.p50():.2f}x, "
         f"p99 {replay.p99() / pk.p99():.2f}x",
+        f"replay / PK SELECT (autocommit): p50 {replay.p50() / auto.p50():.2f}x, "
+        f"p99 {replay.p99() / auto.p99():.2f}x",
         f"first execution over bare: p50 +{us(first.p50() - bare.p50())} µs "
         f"({first.p50() / bare.p50():.1f}x), p99 +{us(first.p99() - bare.p99())} µs",
         "",

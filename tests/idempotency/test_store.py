@@ -39,6 +39,25 @@ async def test_claim_complete_get(store: RecordStore) -> None:
     assert (record.status, record.response) == (Status.COMPLETED, RESPONSE)
 
 
+async def test_get_is_one_statement_autocommitted_on_postgresql(store: RecordStore) -> None:
+    """A replay's read costs one round trip on PostgreSQL: no BEGIN, no COMMIT."""
+    await claim(store, 5)
+    autocommit: list[bool] = []
+
+    def statement(conn: sa.Connection, *_: object) -> None:
+        dbapi = conn.connection.dbapi_connection
+        autocommit.append(bool(getattr(dbapi, "autocommit", False)))
+
+    sa.event.listen(store.engine.sync_engine, "before_cursor_execute", statement)
+    try:
+        assert await store.get("caller", "k") is not None
+    finally:
+        sa.event.remove(store.engine.sync_engine, "before_cursor_execute", statement)
+    assert len(autocommit) == 1
+    if store.engine.dialect.name == "postgresql":
+        assert autocommit == [True]
+
+
 async def test_completed_record_is_returned_not_taken_over(store: RecordStore) -> None:
     await claim(store, 5)
     assert await store.complete("caller", "k", 5, RESPONSE)

@@ -51,8 +51,9 @@ class IdempotencyMiddleware:
     Responses up to ``max_body`` bytes are stored whole; a larger one is
     recorded as done without its body, and a retry gets 410 (the request is
     never run twice). A request body over ``max_request_body`` bytes gets 413
-    before anything runs (it is read whole to fingerprint it). 5xx responses are not stored unless
-    ``store_server_errors``: the record is released so a retry runs again.
+    before anything runs (it is read whole to fingerprint it). 429 responses are never
+    stored, and 5xx only with ``store_server_errors``: the record is released so a retry
+    runs again.
     When the database or the lock backend is down the answer is 503 with
     ``Retry-After`` and nothing is recorded; with ``database_fallback`` a lock
     backend outage is survived by excluding on the record's primary key and
@@ -236,7 +237,9 @@ class IdempotencyMiddleware:
             await _shielded(self.store.release(request.caller, request.key, fence))
             raise
         status = capture.status
-        if status is None or (status >= 500 and not self.store_server_errors):
+        # 429: refused before it ran (say, by a rate limiter mounted inside): a retry must
+        # run, not replay the refusal. 5xx: the work most likely did not happen either.
+        if status is None or status == 429 or (status >= 500 and not self.store_server_errors):
             await self.store.release(request.caller, request.key, fence)
         else:
             stored = StoredResponse(status, storable_headers(capture.headers), capture.body)

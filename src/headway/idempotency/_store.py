@@ -10,8 +10,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -76,12 +75,42 @@ class Claim:
     fence: int | None = None
 
 
-def _record(row: sa.Row[Any]) -> Record:
+def _record(row: sa.Row[*tuple[Any, ...]]) -> Record:
     response = None
     if row.response_status is not None:
         headers = tuple((str(k), str(v)) for k, v in row.response_headers or ())
         response = StoredResponse(row.response_status, headers, row.response_body)
     return Record(row.scope, row.key, row.fingerprint, Status(row.status), int(row.fence), response)
+
+
+_STATUSES = {status.value: status for status in Status}
+
+
+def _read(row: sa.Row[*tuple[Any, ...]], scope: str, key: str) -> Record:
+    """A ``_GET`` row as a Record (unpacked by position: Row attributes cost more)."""
+    fingerprint, status, fence, response_status, headers, body = row
+    response = None
+    if response_status is not None:
+        pairs = tuple([(str(k), str(v)) for k, v in headers or ()])
+        response = StoredResponse(response_status, pairs, body)
+    return Record(scope, key, fingerprint, _STATUSES[status], int(fence), response)
+
+
+#: ``get``'s statement, built once: SQLAlchemy memoizes a statement object's cache key,
+#: whereas building the same SELECT per call cost more client CPU than the query itself.
+#: It reads only the columns an answer needs; scope and key are the caller's own.
+_GET = sa.select(
+    records.c.fingerprint,
+    records.c.status,
+    records.c.fence,
+    records.c.response_status,
+    records.c.response_headers,
+    records.c.response_body,
+).where(
+    records.c.scope == sa.bindparam("scope"),
+    records.c.key == sa.bindparam("key"),
+    records.c.expires_at > db_now(),
+)
 
 
 def _where(scope: str, key: str) -> sa.ColumnElement[bool]:
@@ -111,6 +140,15 @@ class RecordStore:
         self.engine = engine
         self.ttl = float(ttl)
         self.timeout = float(timeout)
+        # Reads are one statement each. On PostgreSQL they run autocommitted: no BEGIN and
+        # COMMIT round trips, and its async drivers switch that with a flag, not a command.
+        # Elsewhere switching would cost round trips (MySQL) or a thread hop (SQLite),
+        # while their implicit transaction costs no more than a plain connection's.
+        self._reader = (
+            engine.execution_options(isolation_level="AUTOCOMMIT")
+            if engine.dialect.name == "postgresql"
+            else engine
+        )
 
     @classmethod
     def from_url(cls, url: str, *, create_table: bool | None = None, **options: Any) -> RecordStore:
@@ -134,22 +172,18 @@ class RecordStore:
         async with self.engine.begin() as conn:
             await conn.run_sync(metadata.create_all)
 
-    @asynccontextmanager
-    async def _tx(self) -> AsyncIterator[AsyncConnection]:
-        if self._create:
-            self._create = False
-            await self.create_table()
-        async with self.engine.begin() as conn:
-            yield conn
-
-    async def _run(self, op: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        async def go() -> T:
-            async with self._tx() as conn:
-                return await op(conn)
-
+    async def _run(self, op: Callable[[AsyncConnection], Awaitable[T]], *, read: bool = False) -> T:
+        """``op`` in a transaction (``read``: on a reading connection), within ``timeout``."""
         try:
             async with asyncio.timeout(self.timeout):
-                return await go()
+                if self._create:
+                    self._create = False
+                    await self.create_table()
+                if read:
+                    async with self._reader.connect() as conn:
+                        return await op(conn)
+                async with self.engine.begin() as conn:
+                    return await op(conn)
         except UNAVAILABLE as exc:
             raise BackendUnavailable(f"database unavailable: {exc}", backend="database") from exc
         except sa_exc.DBAPIError as exc:
@@ -163,11 +197,10 @@ class RecordStore:
         """The live record for (scope, key), or None. One primary-key SELECT."""
 
         async def op(conn: AsyncConnection) -> Record | None:
-            query = sa.select(records).where(_where(scope, key), records.c.expires_at > db_now())
-            row = (await conn.execute(query)).first()
-            return None if row is None else _record(row)
+            row = (await conn.execute(_GET, {"scope": scope, "key": key})).first()
+            return None if row is None else _read(row, scope, key)
 
-        return await self._run(op)
+        return await self._run(op, read=True)
 
     async def claim(
         self,
