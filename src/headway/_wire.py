@@ -379,6 +379,10 @@ class Wires:
             wire = self._wires[loop] = Wire(self.client, loop)
         return wire
 
+    def direct(self) -> bool:
+        """True if calls go over our own connection (which never sends one twice)."""
+        return self.enabled and self.wire().supported
+
     def ready(self) -> Wire | None:
         """The running loop's wire if calls on it are written at once, else None."""
         if not self.enabled:

@@ -86,14 +86,18 @@ def lock_keys(resource: str) -> _Keys:
     )
 
 
-def release_call(resource: str, token: str, node: str = "") -> tuple[tuple[str, ...], list[Any]]:
-    """Keys and arguments of one ``lock_release`` call (each call gets its own id).
+def release_call(
+    resource: str, token: str, node: str = "", retried: bool = True
+) -> tuple[tuple[str, ...], list[Any]]:
+    """Keys and arguments of one ``lock_release`` call.
 
     ``node`` names the releasing client: its own waiters are handed the lock without
-    a message on the channel, as it tells them itself.
+    a message on the channel, as it tells them itself. A client that may send the
+    call again (``retried``: redis-py retries) gives it an id, so the script can
+    recognise the repeat.
     """
     k = lock_keys(resource)
-    return k.release, [token, k.channel, secrets.token_hex(8), node]
+    return k.release, [token, k.channel, secrets.token_hex(8) if retried else "", node]
 
 
 def leave_call(resource: str, waiter: str) -> tuple[tuple[str, ...], list[Any]]:
@@ -355,7 +359,8 @@ class RedisLockBackend(QueuedBackend):
             if isinstance(reply, list):
                 self._waker.hand(lock_keys(resource).channel, _text(reply[1]), int(reply[2]))
 
-        keys, args = release_call(resource, token, self.node)
+        retried = not self._wires.direct()
+        keys, args = release_call(resource, token, self.node, retried)
         reply = await self._call(RELEASE, keys, args, handed)
         handed(reply)
         return bool(reply)
@@ -427,7 +432,7 @@ class SyncRedisLockBackend(SyncQueuedBackend):
         return Attempt.from_reply(self._call(lambda: self._wire.call(ACQUIRE, keys, args)))
 
     def _release(self, resource: str, token: str) -> bool:
-        keys, args = release_call(resource, token)
+        keys, args = release_call(resource, token, retried=not self._wire.enabled)
         return bool(self._call(lambda: self._wire.call(RELEASE, keys, args)))
 
     def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:

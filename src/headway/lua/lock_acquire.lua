@@ -27,12 +27,16 @@ if #void > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now_ms)
 end
 
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, tonumber(redis.call('GET', KEYS[2]))}
 end
 
-local pttl = redis.call('PTTL', KEYS[1])
+local pttl = -2
+if holder then
+  pttl = redis.call('PTTL', KEYS[1])
+end
 if pttl == -2 then
   local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   if (not head) or head == waiter then

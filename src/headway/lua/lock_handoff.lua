@@ -2,27 +2,38 @@
 -- A waiter id is "<token>:<ttl_ms>:<node>": the lease token it will hold, the TTL it
 -- asked for, and the client (backend instance) it waits in, which may be empty.
 
+local function server_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
 -- The fencing token of a new grant: one more than the last, and above `floor` and the
 -- server's clock in microseconds (so a lost counter never makes it go backwards).
 local function next_fence(fence_key, now_us, floor)
   local fence = redis.call('INCR', fence_key)
   local least = math.max(now_us, floor)
   if fence <= least then
+    -- Floored (so nearly always, as the clock outruns the grants): the key's TTL is
+    -- renewed with it, so a resource in use keeps its counter.
     fence = least + 1
-    redis.call('SET', fence_key, string.format('%.0f', fence))
+    redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', 2592000000)
   end
-  redis.call('PEXPIRE', fence_key, 2592000000)
   return fence
 end
 
 -- Grant the free lock to the first waiter whose place is still valid (dropping lapsed
 -- ones) and tell it on `channel` with "<waiter> <fence>", unless it waits in `node`
--- (the caller's own client, which tells it without a message). Returns the waiter and
--- fence, or nil when nobody waits.
+-- (the caller's own client, which tells it without a message). `now_us` may be nil:
+-- the clock is read only if somebody waits. Returns the waiter and fence, or nil when
+-- nobody waits.
 local function hand_off(owner, fence_key, queue, places, channel, now_us, node)
+  local head = redis.call('ZRANGE', queue, 0, 0)[1]
+  if not head then
+    return nil  -- the common case, nobody waits: no clock needed
+  end
+  now_us = now_us or server_us()
   local now_ms = math.floor(now_us / 1000)
   while true do
-    local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if not head then
       return nil
     end
@@ -35,7 +46,9 @@ local function hand_off(owner, fence_key, queue, places, channel, now_us, node)
     end
     redis.call('ZREM', queue, head)
     redis.call('ZREM', places, head)
-    if until_ms > now_ms then
+    if until_ms <= now_ms then
+      head = redis.call('ZRANGE', queue, 0, 0)[1]
+    else
       redis.call('SET', owner, token, 'PX', ttl_ms)
       local fence = next_fence(fence_key, now_us, 0)
       if node == '' or home ~= node then
@@ -46,7 +59,3 @@ local function hand_off(owner, fence_key, queue, places, channel, now_us, node)
   end
 end
 
-local function server_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end

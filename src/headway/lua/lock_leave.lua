@@ -15,6 +15,6 @@ if token and redis.call('GET', KEYS[1]) == token then
   redis.call('DEL', KEYS[1])
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  hand_off(KEYS[1], KEYS[4], KEYS[2], KEYS[3], ARGV[2], server_us(), '')
+  hand_off(KEYS[1], KEYS[4], KEYS[2], KEYS[3], ARGV[2], nil, '')
 end
 return 1

@@ -6,7 +6,7 @@
 -- KEYS[5] fence    integer: the last fencing token handed out for this resource
 -- ARGV[1] token    the lease's token
 -- ARGV[2] channel  pub/sub channel on which the waiters listen
--- ARGV[3] call     random id of this release call
+-- ARGV[3] call     random id of this release call, or "" from a client that never retries
 -- ARGV[4] node     the releasing client's id: its own waiters are told by it, not on the channel
 -- Returns 1 when released, {1, waiter, fence} when released and handed to `waiter`,
 -- 0 when the token no longer holds the lock (nothing touched).
@@ -21,8 +21,10 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-redis.call('SET', KEYS[4], done, 'PX', 60000)
-local granted = hand_off(KEYS[1], KEYS[5], KEYS[2], KEYS[3], ARGV[2], server_us(), ARGV[4])
+if ARGV[3] ~= '' then
+  redis.call('SET', KEYS[4], done, 'PX', 60000)
+end
+local granted = hand_off(KEYS[1], KEYS[5], KEYS[2], KEYS[3], ARGV[2], nil, ARGV[4])
 if granted then
   return {1, granted[1], granted[2]}
 end
