@@ -59,15 +59,20 @@ except ImportError:  # pragma: no cover - a redis-py without it: one class for a
 
 def _bulk(value: Arg) -> bytes:
     # Encoded as redis-py's encoder does: str as UTF-8, numbers by repr, bytes as they are.
+    data: bytes
     if isinstance(value, str):
-        value = value.encode()
+        data = value.encode()
+    elif type(value) is int:  # not bool, a subclass of int that redis-py refuses
+        data = b"%d" % value
     elif isinstance(value, bool):
         raise redis_errors.DataError(
             "Invalid input of type: 'bool'. Convert to a bytes, string, int or float first."
         )
-    elif not isinstance(value, bytes):
-        value = repr(value).encode()
-    return b"$%d\r\n%b\r\n" % (len(value), value)
+    elif isinstance(value, bytes):
+        data = value
+    else:
+        data = repr(value).encode()
+    return b"$%d\r\n%b\r\n" % (len(data), data)
 
 
 class Packed(NamedTuple):
@@ -404,7 +409,10 @@ class Wires:
         """
         if not self.enabled:
             return await script.run(self.client, keys, _values(args))
-        return await self.wire().call(script, keys, args, orphan)
+        wire = self.wire()
+        if wire.ready:  # the hot path, one coroutine frame shorter
+            return await reply_of(wire.submit(script, keys, args, orphan), orphan)
+        return await wire.call(script, keys, args, orphan)
 
     async def aclose(self) -> None:
         """Close the running loop's wire, if it has one."""
