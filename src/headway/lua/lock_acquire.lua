@@ -18,19 +18,23 @@ local now_us = server_us()
 local now_ms = math.floor(now_us / 1000)
 local waiter = ARGV[3]
 
--- Waiters that stopped renewing their place (dead, cancelled, gave up) lose it.
-local void = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms)
-for i = 1, #void do
-  redis.call('ZREM', KEYS[3], void[i])
-end
-if #void > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now_ms)
-end
-
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, tonumber(redis.call('GET', KEYS[2]))}
+end
+
+local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+if head then
+  -- Waiters that stopped renewing their place (dead, cancelled, gave up) lose it.
+  local void = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms)
+  if #void > 0 then
+    for i = 1, #void do
+      redis.call('ZREM', KEYS[3], void[i])
+    end
+    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now_ms)
+    head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  end
 end
 
 local pttl = -2
@@ -38,7 +42,6 @@ if holder then
   pttl = redis.call('PTTL', KEYS[1])
 end
 if pttl == -2 then
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   if (not head) or head == waiter then
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
     local fence = next_fence(KEYS[2], now_us, tonumber(ARGV[5]))
