@@ -240,6 +240,7 @@ class SyncQueuedBackend(ABC):
     """The synchronous counterpart of ``QueuedBackend``: the same flow, driven by blocking calls."""
 
     name = "queued"
+    node = ""  # as ``QueuedBackend.node``
 
     def __init__(self, clock: Clock | None = None) -> None:
         self.clock: Clock = clock or MonotonicClock()
@@ -265,7 +266,7 @@ class SyncQueuedBackend(ABC):
 
     def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
         """Acquire ``resource`` (see ``LockBackend.acquire``)."""
-        flow = acquire_flow(resource, ttl, timeout, self.clock)
+        flow = acquire_flow(resource, ttl, timeout, self.clock, node=self.node)
         step = next(flow)
         assert isinstance(step, Try)
         waiter = step.waiter

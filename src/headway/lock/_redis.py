@@ -411,6 +411,7 @@ class SyncRedisLockBackend(SyncQueuedBackend):
         self.timeout = timeout
         self._wire = SyncWire(client, direct)
         self._waker = SyncWaker(client, timeout, UNAVAILABLE)
+        self.node = secrets.token_hex(4)
 
     @classmethod
     def from_url(
@@ -432,8 +433,11 @@ class SyncRedisLockBackend(SyncQueuedBackend):
         return Attempt.from_reply(self._call(lambda: self._wire.call(ACQUIRE, keys, args)))
 
     def _release(self, resource: str, token: str) -> bool:
-        keys, args = release_call(resource, token, retried=not self._wire.enabled)
-        return bool(self._call(lambda: self._wire.call(RELEASE, keys, args)))
+        keys, args = release_call(resource, token, self.node, retried=not self._wire.enabled)
+        reply = self._call(lambda: self._wire.call(RELEASE, keys, args))
+        if isinstance(reply, list):  # handed to a waiter: if it is one of ours, tell it
+            self._waker.hand(lock_keys(resource).channel, _text(reply[1]), int(reply[2]))
+        return bool(reply)
 
     def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:
         keys = lock_keys(resource).extend

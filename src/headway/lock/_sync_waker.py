@@ -109,6 +109,14 @@ class SyncWaker:
                 del state.waiters[waiter]
                 self._drop_if_idle(channel, state)
 
+    def hand(self, channel: str, waiter: str, fence: int) -> None:
+        """Tell a waiter of ours that it was handed the lock (no message comes for it)."""
+        with self._lock:
+            state = self._channels.get(channel)
+            wake = state.waiters.get(waiter) if state is not None else None
+        if wake is not None:
+            wake.set(fence)
+
     def _send(self, command: str, channel: str) -> bool:
         if self._pubsub is None:
             self._pubsub = self._client.pubsub()
