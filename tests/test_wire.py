@@ -202,3 +202,26 @@ def test_sync_disabled_goes_through_redis_py(sync_redis_client: redis.Redis) -> 
     wire = SyncWire(sync_redis_client, enabled=False)
     assert wire.call(INCR, ["n"], []) == 1
     assert wire.requests == 0
+
+
+async def test_a_call_times_out_and_its_late_reply_goes_to_the_orphan(
+    redis_servers: RedisServers,
+) -> None:
+    server = redis_servers.start()
+    client = aioredis.Redis(port=server.port)  # no socket timeout: the socket is kept
+    wires = Wires(client)
+    try:
+        assert await wires.call(INCR, ["n"], []) == 1
+        orphaned: list[Any] = []
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(redis_errors.TimeoutError):
+                await wires.call(INCR, ["n"], [], orphaned.append, timeout=0.2)
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        assert await wires.call(INCR, ["n"], [], timeout=5) == 3  # the same connection
+        assert orphaned == [2]
+    finally:
+        await wires.aclose()
+        await client.aclose()
+        redis_servers.stop(server)

@@ -40,6 +40,7 @@ from redis import asyncio as aioredis
 from redis import cluster as redis_cluster
 from redis import exceptions as redis_errors
 
+from ._clock import within
 from ._scripts import Arg, Script
 
 __all__ = ["Packed", "SyncWire", "Wire", "Wires", "forget", "pack", "reply_of"]
@@ -112,7 +113,17 @@ def _tail(keys: Sequence[str], args: Sequence[Arg] | Packed) -> tuple[int, bytes
 
 
 class _Call:
-    __slots__ = ("count", "future", "orphan", "reloaded", "script", "sent", "tail")
+    __slots__ = (
+        "count",
+        "deadline",
+        "future",
+        "orphan",
+        "reloaded",
+        "script",
+        "sent",
+        "tail",
+        "timeout",
+    )
 
     def __init__(
         self,
@@ -121,13 +132,16 @@ class _Call:
         count: int,
         tail: bytes,
         orphan: Orphan | None,
+        timeout: float | None,
     ) -> None:
         self.future = future
         self.script = script
         self.count = count
         self.tail = tail
         self.orphan = orphan
+        self.timeout = timeout
         self.reloaded = False
+        self.sent = self.deadline = 0.0
         self.sent = 0.0
 
 
@@ -167,21 +181,43 @@ class _Connection(asyncio.Protocol):
             self.wire.writes += 1
             self.transport.write(data)
         self.pending.append(call)
-        if self.stall is not None:
+        if call.timeout is not None or self.stall is not None:
             call.sent = self.loop.time()
+            if call.timeout is not None:
+                call.deadline = call.sent + call.timeout
             if self.timer is None:
-                self.timer = self.loop.call_at(call.sent + self.stall, self._check)
+                self._arm()
+
+    def _arm(self) -> None:
+        # One timer for every call on the connection (a timer handle per call costs
+        # more than the call's own bookkeeping): at the nearest deadline of a call
+        # still waited for, or when the oldest reply would be overdue.
+        nearest = min(
+            (c.deadline for c in self.pending if c.timeout is not None and not c.future.done()),
+            default=None,
+        )
+        if self.stall is not None and self.pending:
+            overdue = self.pending[0].sent + self.stall
+            nearest = overdue if nearest is None else min(nearest, overdue)
+        if nearest is not None:
+            self.timer = self.loop.call_at(nearest, self._check)
 
     def _check(self) -> None:
         self.timer = None
-        if not self.pending or self.lost or self.stall is None:
+        if self.lost:
             return
-        oldest = self.pending[0].sent
-        if self.loop.time() - oldest < self.stall:
-            self.timer = self.loop.call_at(oldest + self.stall, self._check)
+        now = self.loop.time()
+        for call in self.pending:
+            if call.timeout is not None and call.deadline <= now and not call.future.done():
+                # Its reply, if it comes, goes to the orphan.
+                call.future.set_exception(
+                    redis_errors.TimeoutError(f"Redis did not answer within {call.timeout:g} s")
+                )
+        if self.stall is not None and self.pending and now - self.pending[0].sent >= self.stall:
+            log.warning("no reply from Redis in %g s: dropping the connection", self.stall)
+            self.transport.abort()
             return
-        log.warning("no reply from Redis in %g s: dropping the connection", self.stall)
-        self.transport.abort()
+        self._arm()
 
     def _flush(self) -> None:
         out, self.out = self.out, []
@@ -283,13 +319,18 @@ class Wire:
         keys: Sequence[str],
         args: Sequence[Arg] | Packed,
         orphan: Orphan | None = None,
+        timeout: float | None = None,
     ) -> asyncio.Future[Any]:
-        """Write one call now and return the future of its reply (requires ``ready``)."""
+        """Write one call now and return the future of its reply (requires ``ready``).
+
+        After ``timeout`` seconds without a reply the future fails with redis-py's
+        ``TimeoutError`` (the reply, if it comes, goes to ``orphan``).
+        """
         connection = self._connection
         assert connection is not None
         assert not connection.lost
         count, tail = _tail(keys, args)
-        call = _Call(self.loop.create_future(), script, count, tail, orphan)
+        call = _Call(self.loop.create_future(), script, count, tail, orphan, timeout)
         connection.send(call)
         return call.future
 
@@ -375,13 +416,18 @@ class Wires:
         self._wires: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Wire] = (
             weakref.WeakKeyDictionary()
         )
+        self._recent: Wire | None = None  # a weak-keyed lookup costs a weakref per call
 
     def wire(self) -> Wire:
         """The running loop's wire."""
         loop = asyncio.get_running_loop()
+        wire = self._recent
+        if wire is not None and wire.loop is loop:
+            return wire
         wire = self._wires.get(loop)
         if wire is None:
             wire = self._wires[loop] = Wire(self.client, loop)
+        self._recent = wire
         return wire
 
     def direct(self) -> bool:
@@ -392,8 +438,8 @@ class Wires:
         """The running loop's wire if calls on it are written at once, else None."""
         if not self.enabled:
             return None
-        wire = self._wires.get(asyncio.get_running_loop())
-        return wire if wire is not None and wire.ready else None
+        wire = self.wire()
+        return wire if wire.ready else None
 
     async def call(
         self,
@@ -401,22 +447,28 @@ class Wires:
         keys: Sequence[str],
         args: Sequence[Arg] | Packed,
         orphan: Orphan | None = None,
+        timeout: float | None = None,
     ) -> Any:
         """Run ``script`` on the running loop's wire, or through redis-py when disabled.
 
         ``orphan`` is honoured on the wire only: callers that need it through
-        redis-py keep their own cancellation shield.
+        redis-py keep their own cancellation shield. ``timeout`` bounds the call
+        (connecting included): ``TimeoutError``, redis-py's or the builtin.
         """
-        if not self.enabled:
-            return await script.run(self.client, keys, _values(args))
-        wire = self.wire()
-        if wire.ready:  # the hot path, one coroutine frame shorter
-            return await reply_of(wire.submit(script, keys, args, orphan), orphan)
-        return await wire.call(script, keys, args, orphan)
+        if self.enabled:
+            wire = self.wire()
+            if wire.ready:  # the hot path: no timer of its own, one coroutine frame less
+                return await reply_of(wire.submit(script, keys, args, orphan, timeout), orphan)
+            pending = wire.call(script, keys, args, orphan)
+        else:
+            pending = script.run(self.client, keys, _values(args))
+        return await (pending if timeout is None else within(timeout, pending))
 
     async def aclose(self) -> None:
         """Close the running loop's wire, if it has one."""
         wire = self._wires.pop(asyncio.get_running_loop(), None)
+        if wire is self._recent:
+            self._recent = None
         if wire is not None:
             await wire.aclose()
 

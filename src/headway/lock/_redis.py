@@ -331,7 +331,7 @@ class RedisLockBackend(QueuedBackend):
         orphan: Callable[[Any], object] | None = None,
     ) -> Any:
         try:
-            return await within(self.timeout, self._wires.call(script, keys, args, orphan))
+            return await self._wires.call(script, keys, args, orphan, self.timeout)
         except UNAVAILABLE as exc:
             raise _unavailable(exc, self.timeout) from exc
 
