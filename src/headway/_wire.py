@@ -185,6 +185,9 @@ class _Connection(asyncio.Protocol):
             call.sent = self.loop.time()
             if call.timeout is not None:
                 call.deadline = call.sent + call.timeout
+                if self.timer is not None and call.deadline < self.timer.when():
+                    self.timer.cancel()  # due before the armed timer: re-arm (rare)
+                    self.timer = None
             if self.timer is None:
                 self._arm()
 
