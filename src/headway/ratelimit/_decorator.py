@@ -157,13 +157,15 @@ class RateLimitDecorator:
             @functools.wraps(func)
             async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
                 request, sub_response = _connection(args, kwargs)
-                decided = await check(request)
+                scope = request.scope
+                decided = await guard.check(scope, scope.get("method", "GET"), _route(request))
                 try:
                     if decided.blocking is not None:
                         return _finish(decided, None, None)
                     return _finish(decided, await func(*args, **kwargs), sub_response)
                 finally:
-                    await decided.release()
+                    if decided.slots:
+                        await decided.release()
 
             wrapper: Callable[P, Any] = async_wrapper
         else:
@@ -177,7 +179,8 @@ class RateLimitDecorator:
                         return _finish(decided, None, None)
                     return _finish(decided, func(*args, **kwargs), sub_response)
                 finally:
-                    anyio.from_thread.run(decided.release)
+                    if decided.slots:  # else nothing to free: no trip to the event loop
+                        anyio.from_thread.run(decided.release)
 
             wrapper = sync_wrapper
         wrapper.__signature__ = _advertised(func)  # type: ignore[attr-defined]
