@@ -319,7 +319,9 @@ class Guard:
     async def _report(self, event: RateLimitEvent) -> None:
         assert self.on_decision is not None
         try:
-            await _resolve(self.on_decision(event))
+            result = self.on_decision(event)
+            if result is not None:  # a sync hook returns None: nothing to await
+                await _resolve(result)
         except Exception:
             # A broken metrics hook must not break the requests it observes.
             log.exception("rate limit on_decision hook failed")
