@@ -85,6 +85,8 @@ def _connection(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[HTTPConn
     """The request (FastAPI's injected one, or the handler's own) and FastAPI's sub-response."""
     request = kwargs.pop(_REQUEST, None)
     response = kwargs.pop(_RESPONSE, None)
+    if request is not None and response is not None:  # FastAPI gave both (the usual case)
+        return request, response
     values = (*args, *kwargs.values())
     if request is None:
         found = [a for a in values if isinstance(a, HTTPConnection)]
