@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 
 import pytest
 
@@ -18,6 +19,7 @@ from headway.ratelimit import (
     SyncRateLimiter,
     TokenBucket,
 )
+from headway.ratelimit._core import Budget
 from headway.ratelimit._policies import Policy
 from tests.ratelimit.conftest import BackendFactory
 
@@ -175,3 +177,39 @@ async def test_within_times_out_but_keeps_an_outside_cancellation() -> None:
     current = asyncio.current_task()
     assert current is not None
     assert current.cancelling() == 0
+
+
+async def test_one_budget_bounds_many_awaits_with_one_timer() -> None:
+    budget = Budget(0.05)
+    gate, never = asyncio.Event(), asyncio.Event()
+
+    async def answered(event: asyncio.Event) -> str:
+        await event.wait()
+        return "answered"
+
+    async def bounded(aw: Awaitable[str]) -> str:
+        try:
+            return await budget.run(aw)
+        except TimeoutError:
+            return "timed out"
+
+    # Interleaved: the first and the last never answer, the others do, once let through.
+    events = [never, gate, gate, gate, gate, never]
+    tasks = [asyncio.create_task(bounded(answered(event))) for event in events]
+    await asyncio.sleep(0)
+    deadlines = budget.deadlines()
+    assert len(deadlines.pending) == 6
+    assert deadlines.timer is not None  # one loop timer for all six
+    gate.set()
+    assert await asyncio.gather(*tasks) == ["timed out"] + ["answered"] * 4 + ["timed out"]
+    assert not deadlines.pending
+    assert not deadlines.expired
+    # A cancellation from outside stays one, and a later budget starts clean.
+    task = asyncio.create_task(budget.run(never.wait()))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await budget.run(asyncio.sleep(0, "done")) == "done"
+    assert not deadlines.pending
+    assert not deadlines.expired

@@ -85,6 +85,8 @@ def _connection(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[HTTPConn
     """The request (FastAPI's injected one, or the handler's own) and FastAPI's sub-response."""
     request = kwargs.pop(_REQUEST, None)
     response = kwargs.pop(_RESPONSE, None)
+    if request is not None and response is not None:  # FastAPI gave both (the usual case)
+        return request, response
     values = (*args, *kwargs.values())
     if request is None:
         found = [a for a in values if isinstance(a, HTTPConnection)]
@@ -157,13 +159,15 @@ class RateLimitDecorator:
             @functools.wraps(func)
             async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
                 request, sub_response = _connection(args, kwargs)
-                decided = await check(request)
+                scope = request.scope
+                decided = await guard.check(scope, scope.get("method", "GET"), _route(request))
                 try:
                     if decided.blocking is not None:
                         return _finish(decided, None, None)
                     return _finish(decided, await func(*args, **kwargs), sub_response)
                 finally:
-                    await decided.release()
+                    if decided.slots:
+                        await decided.release()
 
             wrapper: Callable[P, Any] = async_wrapper
         else:
@@ -177,7 +181,8 @@ class RateLimitDecorator:
                         return _finish(decided, None, None)
                     return _finish(decided, func(*args, **kwargs), sub_response)
                 finally:
-                    anyio.from_thread.run(decided.release)
+                    if decided.slots:  # else nothing to free: no trip to the event loop
+                        anyio.from_thread.run(decided.release)
 
             wrapper = sync_wrapper
         wrapper.__signature__ = _advertised(func)  # type: ignore[attr-defined]

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 
 import http_sf
 
-from ._decision import Decision
+from ._decision import Decision, PolicyDecision
 from ._policies import Policy
 from ._slots import Admission
 
@@ -112,15 +112,19 @@ def limit_items(names: Sequence[str], decision: Decision) -> list[str]:
     """
     if decision.failed:
         return []
-    items = []
-    for name, part in zip(names, decision.policies, strict=True):
-        if part.allowed or decision.allowed:
-            reset = seconds(part.reset_after)
-        else:
-            # A cached rejection shortens the decision's wait, not the parts': take the smaller.
-            reset = seconds(min(part.retry_after, decision.retry_after))
-        items.append(f"{name};r={min(part.remaining, MAX_INTEGER)};t={reset}")
-    return items
+    parts = decision.policies
+    if len(parts) == 1 == len(names):  # the usual case, on every response: no loop
+        return [_limit_item(names[0], parts[0], decision)]
+    return [_limit_item(name, part, decision) for name, part in zip(names, parts, strict=True)]
+
+
+def _limit_item(name: str, part: PolicyDecision, decision: Decision) -> str:
+    if part.allowed or decision.allowed:
+        wait = part.reset_after
+    else:
+        # A cached rejection shortens the decision's wait, not the parts': take the smaller.
+        wait = min(part.retry_after, decision.retry_after)
+    return f"{name};r={min(part.remaining, MAX_INTEGER)};t={seconds(wait)}"
 
 
 def retry_after(decisions: Iterable[Decision | Admission]) -> int:

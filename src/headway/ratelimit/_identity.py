@@ -116,7 +116,7 @@ class ClientAddress:
         client = scope.get("client")
         peer = str(client[0]) if client else "unknown"
         if not self.hops and not self.trusted:
-            return self._format(peer)
+            return _canonical(peer, self.ipv6_prefix)  # the default, on every request
         chain = self._chain(scope)
         if self.hops:
             return self._format(chain[-self.hops] if len(chain) >= self.hops else peer)

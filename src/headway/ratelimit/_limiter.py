@@ -11,10 +11,10 @@ import random
 import time
 from collections.abc import Sequence
 
-from .._clock import Clock, MonotonicClock, within
+from .._clock import Clock, MonotonicClock
 from .._errors import BackendUnavailable
 from ._backend import RateLimitBackend, SyncRateLimitBackend
-from ._core import BlockedCache, check_cost, check_policies, check_seconds
+from ._core import BlockedCache, Budget, check_cost, check_policies, check_seconds
 from ._decision import Decision, decision_from, fallback
 from ._memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
 from ._policies import Policy
@@ -88,13 +88,21 @@ class RateLimiter(_Shell):
     ) -> None:
         super().__init__(policies, budget, retry_on_error, cache_blocked, clock)
         self.backend: RateLimitBackend = backend or MemoryRateLimitBackend()
+        self._budget = Budget(self.budget)
 
     async def _decide(self, key: str, cost: int, peek: bool) -> Decision:
         if (cached := self._cached(key, cost)) is not None:
             return cached
-        sent = self.clock()
+        sent = 0.0 if self.cache is None else self.clock()
+        backend = self.backend
+        deciding = backend.decide(key, self.policies, cost, peek)
         try:
-            verdict = await within(self.budget, self.backend.decide(key, self.policies, cost, peek))
+            if type(backend) is MemoryRateLimitBackend:
+                verdict = await deciding  # it never suspends: no budget can run out
+            else:
+                if self._budget.seconds != self.budget:  # changed since: follow it
+                    self._budget = Budget(self.budget)
+                verdict = await self._budget.run(deciding)
         except (BackendUnavailable, TimeoutError):
             return self._failed()
         decision = decision_from(verdict, self.policies)

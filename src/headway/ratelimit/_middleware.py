@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from .._clock import Clock
 from .._http import ASGIApp, Message, Receive, Scope, Send, send_response
 from ._backend import RateLimitBackend
-from ._guard import Check, DecisionHook, Guard, Outcome
+from ._guard import Check, DecisionHook, Guard, Outcome, rules_need_route
 from ._identity import ClientAddress, Identity
 from ._routes import RouteCache, RouteFunction
 from ._rules import Pattern, Rule, _check_patterns, _matches
@@ -78,6 +78,9 @@ class RateLimitMiddleware:
         self.exempt = _check_patterns("exempt", exempt)
         self.websocket = websocket
         self.route: RouteFunction = route or RouteCache(app)
+        # Finding the template walks the router: skip it when nothing would read it
+        # (no pattern, no per-route quota and, checked per request, no hook to report it).
+        self._needs_route = bool(self.exempt) or rules_need_route(self.guard.rules)
 
     @property
     def counts(self) -> collections.Counter[tuple[str, Outcome]]:
@@ -93,7 +96,8 @@ class RateLimitMiddleware:
         else:
             await self.app(scope, receive, send)
             return
-        route = self.route(scope)
+        needs_route = self._needs_route or self.guard.on_decision is not None
+        route = self.route(scope) if needs_route else None
         if self.exempt and _matches(self.exempt, route if route is not None else scope["path"]):
             await self.app(scope, receive, send)
             return
@@ -109,7 +113,8 @@ class RateLimitMiddleware:
             else:
                 await self._holding(check, scope, receive, send, kind)
         finally:
-            await check.release()  # the app returned or raised: free its slots
+            if check.slots:  # the app returned or raised: free its slots
+                await check.release()
 
     async def _holding(
         self, check: Check, scope: Scope, receive: Receive, send: Send, kind: str

@@ -24,7 +24,7 @@ from typing import Any
 
 from starlette.routing import Match
 
-from .._http import Scope, header
+from .._http import Scope
 
 __all__ = ["RouteCache", "RouteFunction", "starlette_route"]
 
@@ -112,9 +112,14 @@ class RouteCache:
         routes = _routes_of(scope.get("app")) or _routes_of(self.app)
         if not routes:
             return None
+        host = None
+        for name, value in scope.get("headers", ()):
+            if name.lower() == b"host":
+                host = value
+                break
         key = (
             id(routes), len(routes), scope["type"], scope.get("method"),
-            scope.get("root_path", ""), scope["path"], header(scope, b"host"),
+            scope.get("root_path", ""), scope["path"], host,
         )  # fmt: skip
         try:
             self.cache.move_to_end(key)

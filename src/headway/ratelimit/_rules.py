@@ -22,7 +22,7 @@ from ._backend import ConcurrencyBackend, RateLimitBackend
 from ._concurrency import ConcurrencyLimiter
 from ._core import check_policies
 from ._headers import concurrency_item, policy_item, sf_string
-from ._identity import Identity
+from ._identity import ApiKey, AuthenticatedUser, ClientAddress, Identity
 from ._limiter import RateLimiter
 from ._policies import Concurrency, OnError, Policy
 
@@ -135,6 +135,10 @@ async def _resolve(value: object) -> object:
     return await value if inspect.isawaitable(value) else value
 
 
+#: Identities that answer at once with a str or None (exact types: a subclass may not).
+_SYNC_IDENTITIES = (ClientAddress, ApiKey, AuthenticatedUser)
+
+
 class BoundRule:
     """A rule on a backend: its limiter, header items, and request matching."""
 
@@ -185,11 +189,20 @@ class BoundRule:
             )
             self.slot_name, self.slot_header = name, sf_string(name)
             self.policy_items.append(concurrency_item(name, policy.limit))
+        #: The ``RateLimit-Policy`` items, serialized once (they never change).
+        self.policy_field = ", ".join(self.policy_items).encode()
         self.methods = frozenset(m.upper() for m in rule.methods)
         identity = rule.identity if rule.identity is not None else default_identity
         self.identities: tuple[Identity, ...] = (
             tuple(identity) if isinstance(identity, Sequence) else (identity,)
         )
+        #: The rule's one identity when it answers at once (the guard then calls it directly).
+        self.sync_identity: Callable[[Scope], str | None] | None = None
+        if len(self.identities) == 1 and type(self.identities[0]) in _SYNC_IDENTITIES:
+            self.sync_identity = cast(Callable[[Scope], "str | None"], self.identities[0])
+        #: The cost when it is a constant (no function to call).
+        self.fixed_cost = rule.cost if isinstance(rule.cost, int) else None
+        self.shadow = rule.shadow
 
     def applies(self, method: str, route: str | None, path: str) -> bool:
         """Whether the rule guards this request (``route`` is the template, if known)."""
@@ -204,11 +217,16 @@ class BoundRule:
     async def identify(self, scope: Scope) -> str | None:
         """The first identity that applies to the request, or None."""
         for identity in self.identities:
-            found = await _resolve(identity(scope))
-            if found is not None:
-                if not isinstance(found, str):
-                    raise TypeError(f"identity {identity!r} returned {found!r}, not a str")
+            found = identity(scope)
+            if type(found) is str:
                 return found
+            if found is None:
+                continue
+            value = await _resolve(found)
+            if value is not None:
+                if not isinstance(value, str):
+                    raise TypeError(f"identity {identity!r} returned {value!r}, not a str")
+                return value
         return None
 
     async def cost(self, scope: Scope) -> int:

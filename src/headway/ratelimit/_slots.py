@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._keys import tagged
-from ._decision import Source
+from ._decision import _FAILED_CLOSED, _FAILED_OPEN, Source
 from ._policies import Concurrency
 
 __all__ = ["Admission", "Grant", "Slot", "admitted", "failed_admission", "slot_key"]
@@ -87,7 +87,7 @@ class Admission:
     @property
     def failed(self) -> bool:
         """True when the backend did not decide (a failure mode answered instead)."""
-        return self.source in (Source.FAILED_OPEN, Source.FAILED_CLOSED)
+        return self.source is _FAILED_OPEN or self.source is _FAILED_CLOSED
 
     def __bool__(self) -> bool:
         return self.allowed
