@@ -32,6 +32,7 @@ from _stats import Samples
 from redis import asyncio as aioredis
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from headway import _wire
 from headway.idempotency import RecordStore, records
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -101,13 +102,24 @@ async def call(app: Any, key: str | None) -> tuple[int, bool]:
 class Counts:
     sql = 0  # statements (before_cursor_execute)
     transactions = 0  # each one costs a BEGIN and a COMMIT/ROLLBACK round trip on asyncpg
-    redis_writes = 0  # requests the Redis client wrote (a pipeline is one)
+    redis_writes = 0  # requests written to Redis (a pipeline is one)
 
 
 class CountingConnection(aioredis.Connection):
     async def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
         Counts.redis_writes += 1
         await super().send_packed_command(*args, **kwargs)
+
+
+def count_wire_requests() -> None:
+    """Count the requests headway writes on its own connection too (redis-py never sees them)."""
+    send = _wire._Connection.send
+
+    def counted(self: Any, call: Any) -> None:
+        Counts.redis_writes += 1
+        send(self, call)
+
+    _wire._Connection.send = counted  # type: ignore[method-assign]
 
 
 def count_sql(engine: AsyncEngine) -> None:
@@ -309,6 +321,7 @@ def report(out: Results, config: Config) -> str:
 async def run(redis_url: str, database_url: str, config: Config) -> str:
     engine = create_async_engine(database_url, pool_size=20)
     count_sql(engine)
+    count_wire_requests()
     pool = aioredis.ConnectionPool.from_url(redis_url, connection_class=CountingConnection)
     client = aioredis.Redis(connection_pool=pool)
     info = redis.Redis.from_url(redis_url)
