@@ -17,11 +17,14 @@ business), then an ``asyncio.Protocol`` of ours takes the socket over.
 - A caller that stops waiting (cancelled, out of time) does not lose its reply:
   the call's ``orphan`` callback gets it, so a lock granted to a caller who gave
   up can be released again. A call, once written, is never taken back.
+- A call may carry a deadline; a connection's deadlines share one loop timer. A
+  reply overdue by the client's ``socket_timeout`` drops the connection.
 - A lost connection fails the calls in flight with redis-py's ``ConnectionError``
   (their outcome is unknown); the next call opens a new one.
 
 A Cluster client, a client whose connections we cannot take over, or
-``enabled=False`` sends each call through redis-py instead.
+``enabled=False`` sends each call through redis-py instead. ``SyncWire`` is the
+same for sync clients: a socket per thread in a call.
 """
 
 from __future__ import annotations
