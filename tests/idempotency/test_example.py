@@ -15,7 +15,10 @@ async def test_payments_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     payments = importlib.reload(importlib.import_module("examples.payments"))
 
     transport = httpx.ASGITransport(app=payments.app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+    async with (
+        payments.lifespan(payments.app),
+        httpx.AsyncClient(transport=transport, base_url="http://test") as client,
+    ):
         missing = await client.post("/payments", json={"amount": 5})
         first = await client.post(
             "/payments", json={"amount": 5}, headers={"idempotency-key": "p1"}
@@ -27,3 +30,40 @@ async def test_payments_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert first.status_code == again.status_code == 201
     assert first.json()["id"].startswith("ch_")
     assert again.json() == first.json()
+
+
+@pytest.mark.parametrize("redis", [False, True], ids=["embedded", "redis"])
+async def test_payments_are_limited_per_caller(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, redis: bool
+) -> None:
+    monkeypatch.setenv("HEADWAY_DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path / 'p.sqlite3'}")
+    if redis:
+        request.getfixturevalue("sync_redis_client")  # a flushed database
+        monkeypatch.setenv("HEADWAY_REDIS_URL", request.getfixturevalue("redis_url"))
+    else:
+        monkeypatch.delenv("HEADWAY_REDIS_URL", raising=False)
+    payments = importlib.reload(importlib.import_module("examples.payments"))
+
+    def as_(token: str, key: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {token}", "idempotency-key": key}
+
+    transport = httpx.ASGITransport(app=payments.app)
+    async with (
+        payments.lifespan(payments.app),
+        httpx.AsyncClient(transport=transport, base_url="http://test") as client,
+    ):
+        alice = [
+            await client.post("/payments", json={"amount": 1}, headers=as_("alice", f"a{i}"))
+            for i in range(100)
+        ]
+        # Replays are answered before the limiter: they cost alice nothing.
+        replay = await client.post("/payments", json={"amount": 1}, headers=as_("alice", "a0"))
+        refused = await client.post("/payments", json={"amount": 1}, headers=as_("alice", "a100"))
+        bob = await client.post("/payments", json={"amount": 1}, headers=as_("bob", "b0"))
+    assert [r.status_code for r in alice] == [201] * 100
+    assert alice[0].headers["ratelimit"].startswith('"per-caller";r=99;')
+    assert replay.status_code == 201
+    assert replay.headers["idempotent-replayed"] == "true"
+    assert refused.status_code == 429
+    assert int(refused.headers["retry-after"]) >= 1
+    assert bob.status_code == 201  # another caller, its own quota
