@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 from .._errors import LockNotAcquired
 from ._lease import Lease, check_timeout, check_ttl, new_token
@@ -29,6 +30,7 @@ __all__ = [
     "Step",
     "Try",
     "Wait",
+    "Wake",
     "acquire_flow",
     "parse_wake",
     "waiter_id",
@@ -49,6 +51,31 @@ def waiter_id(token: str, ttl_ms: int, node: str = "") -> str:
     and the client it waits in (``node``; a release from that client tells it directly).
     """
     return f"{token}:{ttl_ms}:{node}"
+
+
+class _Settable(Protocol):
+    def set(self) -> None: ...
+
+
+E = TypeVar("E", bound=_Settable)
+
+
+class Wake(Generic[E]):
+    """One waiter's wake-up: its event (asyncio's or threading's) and, once the
+    releaser handed it the lock, the fencing token.
+    """
+
+    __slots__ = ("event", "fence")
+
+    def __init__(self, event: E) -> None:
+        self.event = event
+        self.fence: int | None = None
+
+    def set(self, fence: int | None = None) -> None:
+        """Wake the waiter (with the fence, if it was handed the lock)."""
+        if fence is not None:
+            self.fence = fence
+        self.event.set()
 
 
 def parse_wake(message: str) -> tuple[str, int | None]:

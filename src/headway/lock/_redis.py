@@ -27,7 +27,7 @@ from .._keys import tagged
 from .._scripts import Script
 from .._wire import SyncWire, Wires, forget
 from ._backend import QueuedBackend, SyncQueuedBackend
-from ._flow import Attempt, Try, parse_wake
+from ._flow import Attempt, Try, Wake, parse_wake
 from ._sync_waker import SyncWaker
 
 __all__ = ["RedisLockBackend", "SyncRedisLockBackend"]
@@ -129,21 +129,8 @@ def _unavailable(exc: BaseException, timeout: float) -> BackendUnavailable:
     )
 
 
-@dataclass
-class _Wake:
-    """One waiter's wake-up: set when woken, with the fence when handed the lock."""
-
-    event: asyncio.Event = field(default_factory=asyncio.Event)
-    fence: int | None = None
-
-    def set(self, fence: int | None = None) -> None:
-        if fence is not None:
-            self.fence = fence
-        self.event.set()
-
-
 class _EventWaiter:
-    def __init__(self, wake: _Wake) -> None:
+    def __init__(self, wake: Wake[asyncio.Event]) -> None:
         self.wake = wake
 
     async def wait(self, seconds: float) -> int | None:
@@ -157,7 +144,7 @@ class _EventWaiter:
 @dataclass
 class _Channel:
     subscribed: asyncio.Event = field(default_factory=asyncio.Event)
-    waiters: dict[str, _Wake] = field(default_factory=dict)
+    waiters: dict[str, Wake[asyncio.Event]] = field(default_factory=dict)
 
 
 class _Waker:
@@ -184,7 +171,7 @@ class _Waker:
         fresh = state is None
         if state is None:
             state = self._channels[channel] = _Channel()
-        wake = state.waiters[waiter] = _Wake()
+        wake = state.waiters[waiter] = Wake(asyncio.Event())
         try:
             if fresh:
                 await self._subscribe(channel, state)

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._flow import parse_wake
+from ._flow import Wake, parse_wake
 
 __all__ = ["SyncWaker"]
 
@@ -28,21 +28,8 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-@dataclass
-class _Wake:
-    """One waiter's wake-up: set when woken, with the fence when handed the lock."""
-
-    event: threading.Event = field(default_factory=threading.Event)
-    fence: int | None = None
-
-    def set(self, fence: int | None = None) -> None:
-        if fence is not None:
-            self.fence = fence
-        self.event.set()
-
-
 class _ThreadWaiter:
-    def __init__(self, wake: _Wake) -> None:
+    def __init__(self, wake: Wake[threading.Event]) -> None:
         self.wake = wake
 
     def wait(self, seconds: float) -> int | None:
@@ -56,7 +43,7 @@ class _ThreadWaiter:
 @dataclass
 class _Channel:
     subscribed: threading.Event = field(default_factory=threading.Event)
-    waiters: dict[str, _Wake] = field(default_factory=dict)
+    waiters: dict[str, Wake[threading.Event]] = field(default_factory=dict)
 
 
 class SyncWaker:
@@ -86,7 +73,7 @@ class SyncWaker:
     @contextlib.contextmanager
     def listen(self, channel: str, waiter: str) -> Iterator[_ThreadWaiter]:
         """Route wake-ups addressed to ``waiter`` on ``channel`` to the waiter yielded."""
-        wake = _Wake()
+        wake = Wake(threading.Event())
         with self._lock:
             state = self._channels.get(channel)
             shared = state is not None
