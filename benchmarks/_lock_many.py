@@ -1,8 +1,8 @@
 """Many locks at once: N async workers, each on its own key, one client and one loop.
 
 Nothing is contended; this is the throughput of an app taking many different
-locks concurrently, where headway coalesces concurrent calls into pipelined
-round trips and a lock that sends each command alone cannot.
+locks concurrently, where headway's own connection lets concurrent calls share
+writes and reads, and a lock that sends each command alone cannot.
 """
 
 from __future__ import annotations
