@@ -100,6 +100,13 @@ def release_call(
     return k.release, [token, k.channel, secrets.token_hex(8) if retried else "", node]
 
 
+def handed_to(reply: Any) -> tuple[str, int] | None:
+    """The waiter and fence a ``lock_release`` reply handed the lock to, if any."""
+    if isinstance(reply, list):  # {1, waiter, fence}; a plain 1 or 0 otherwise
+        return _text(reply[1]), int(reply[2])
+    return None
+
+
 def leave_call(resource: str, waiter: str) -> tuple[tuple[str, ...], list[Any]]:
     """Keys and arguments of one ``lock_leave`` call."""
     k = lock_keys(resource)
@@ -340,11 +347,11 @@ class RedisLockBackend(QueuedBackend):
 
     async def _release(self, resource: str, token: str) -> bool:
         def handed(reply: Any) -> None:
-            # {1, waiter, fence}: handed to the next waiter, which we tell if it is ours
-            # (a waiter of another client hears it on the channel). Done even if our
-            # caller stopped waiting, so our waiter is not left to its bounded wait.
-            if isinstance(reply, list):
-                self._waker.hand(lock_keys(resource).channel, _text(reply[1]), int(reply[2]))
+            # Handed to the next waiter, which we tell if it is ours (a waiter of another
+            # client hears it on the channel). Done even if our caller stopped waiting,
+            # so our waiter is not left to its bounded wait.
+            if (to := handed_to(reply)) is not None:
+                self._waker.hand(lock_keys(resource).channel, *to)
 
         retried = not self._wires.direct()
         keys, args = release_call(resource, token, self.node, retried)
@@ -422,8 +429,8 @@ class SyncRedisLockBackend(SyncQueuedBackend):
     def _release(self, resource: str, token: str) -> bool:
         keys, args = release_call(resource, token, self.node, retried=not self._wire.enabled)
         reply = self._call(lambda: self._wire.call(RELEASE, keys, args))
-        if isinstance(reply, list):  # handed to a waiter: if it is one of ours, tell it
-            self._waker.hand(lock_keys(resource).channel, _text(reply[1]), int(reply[2]))
+        if (to := handed_to(reply)) is not None:  # if the waiter is one of ours, tell it
+            self._waker.hand(lock_keys(resource).channel, *to)
         return bool(reply)
 
     def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:
