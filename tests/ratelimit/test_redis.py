@@ -66,9 +66,39 @@ async def test_every_key_written_has_a_ttl(redis_client: aioredis.Redis) -> None
         "sl": 3000,
         "sc": 8000,
     }
-    for key in keys:
-        pttl = await redis_client.pttl(key)
-        assert 0 < pttl <= bounds[key.rsplit(":", 1)[1][:2]], key
+    # Policies kept in one string key: it lasts as long as the longest of them.
+    assert [k.rsplit(":", 1)[1] for k in keys] == [
+        "tb10r200000+lb10r200000+fw10w2000000+sl10w3000000+sc10w4000000",
+        "tb10r200000+lb10r200000+fw10w2000000+sl10w3000000+sc10w4000000/sl10w3000000",
+    ]
+    assert 3000 < await redis_client.pttl(keys[0]) <= max(bounds.values())
+    assert 2000 < await redis_client.pttl(keys[1]) <= bounds["sl"]
+    for policy in POLICIES:  # alone, each policy's key lasts as long as its state matters
+        limiter = RateLimiter(policy, backend=RedisRateLimitBackend(redis_client))
+        assert (await limiter.hit("alone", cost=3)).allowed
+        (key,) = state_keys("alone", [policy])
+        assert 0 < await redis_client.pttl(key) <= bounds[policy.tag], key
+
+
+async def test_several_policies_cost_one_read_and_one_write(own_client: aioredis.Redis) -> None:
+    strings = [p for p in POLICIES if not isinstance(p, SlidingLog)]
+    backend = RedisRateLimitBackend(own_client)
+    # Two decisions, one charged: TIME and GET each, one SET; a sliding log keeps its zset.
+    log = {"zremrangebyscore": 2, "zcard": 2, "zrange": 3, "zadd": 1, "pexpire": 1}
+    for policies, expected in [
+        (strings, {"time": 2, "get": 2, "set": 1}),
+        (POLICIES, {"time": 2, "get": 2, "set": 1, **log}),
+    ]:
+        limiter = RateLimiter(*policies, backend=backend)
+        assert (await limiter.hit("k")).allowed
+        await own_client.config_resetstat()
+        assert (await limiter.hit("k")).allowed  # charges every policy
+        assert not (await limiter.hit("k", cost=9)).allowed  # refused: nothing written
+        stats = await own_client.info("commandstats")
+        calls = {name[8:]: s["calls"] for name, s in stats.items() if name != "cmdstat_info"}
+        calls.pop("config|resetstat")
+        assert calls.pop("evalsha") == 2
+        assert calls == expected
 
 
 async def test_hostile_keys_share_one_tag_and_never_collide(

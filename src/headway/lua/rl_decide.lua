@@ -1,7 +1,12 @@
 -- Decide (and charge) several rate-limit policies on one key, all-or-nothing.
 -- The algorithms come from rl_<algorithm>.lua, prepended to this file: only those the
 -- call's policies use (one script per combination), so a call defines no more than it runs.
--- KEYS[i]  the state key of policy i; every key shares one hash tag
+-- KEYS     every key shares one hash tag. KEYS[1] holds the string states of all the
+--          policies that keep one (all but sliding logs), in policy order, joined by
+--          '|': one GET and one SET per decision however many policies, as every
+--          command costs the server about as much as a whole `return 1`. Then one
+--          zset per sliding log, in policy order (a call of sliding logs only has no
+--          string key).
 -- ARGV[1]  now: "" reads the server's TIME (always, in production); an integer
 --          number of microseconds is accepted only from the differential tests,
 --          and then every TTL gets a 60 s grace, as the test clock is not Redis's
@@ -24,23 +29,56 @@ else
 end
 local cost = tonumber(ARGV[2])
 local peek = ARGV[3] == '1'
+local n = (#ARGV - 3) / 3
+
+-- Which key (and, for strings, which part of KEYS[1]) each policy keeps its state in.
+local kinds, keys, parts = {}, {}, {}
+local strings = 0
+for i = 1, n do
+  kinds[i] = algorithms[tonumber(ARGV[4 + 3 * (i - 1)])]
+  if kinds[i].string_state then
+    strings = strings + 1
+    parts[i] = strings
+  end
+end
+local next_key = strings > 0 and 2 or 1
+for i = 1, n do
+  if kinds[i].string_state then
+    keys[i] = KEYS[1]
+  else
+    keys[i] = KEYS[next_key]
+    next_key = next_key + 1
+  end
+end
+local values = {}
+if strings > 0 then
+  local value = redis.call('GET', KEYS[1])
+  if value then
+    for part in string.gmatch(value, '[^|]+') do values[#values + 1] = part end
+  end
+end
 
 local checks = {}
 local allowed = true
-for i = 1, #KEYS do
+for i = 1, n do
   local base = 4 + 3 * (i - 1)
-  local algorithm = algorithms[tonumber(ARGV[base])]
-  local r = algorithm.check(KEYS[i], now, cost, tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]))
+  local state = parts[i] and values[parts[i]] or false
+  local r = kinds[i].check(state, keys[i], now, cost, tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]))
   checks[i] = r
   allowed = allowed and r.ok
 end
 
 local charge = allowed and not peek
 local out = {allowed and 1 or 0}
-for i = 1, #KEYS do
+local written, longest = {}, 0
+for i = 1, n do
   local r = checks[i]
   if charge then
-    algorithms[tonumber(ARGV[4 + 3 * (i - 1)])].commit(KEYS[i], now, r, grace_ms)
+    local state, ttl_us = kinds[i].commit(keys[i], now, r, grace_ms)
+    if state then
+      written[#written + 1] = state
+      if ttl_us > longest then longest = ttl_us end
+    end
     out[#out + 1] = 1
     out[#out + 1] = r.remaining_after
     out[#out + 1] = r.reset_after
@@ -50,5 +88,10 @@ for i = 1, #KEYS do
     out[#out + 1] = r.reset
   end
   out[#out + 1] = r.retry
+end
+if #written > 0 then
+  -- The key lasts as long as its longest-lived state; a state that stopped mattering
+  -- before reads the same as a missing one (each carries its own time or window).
+  redis.call('SET', KEYS[1], table.concat(written, '|'), 'PX', ttl_ms(longest, grace_ms))
 end
 return out

@@ -1,16 +1,17 @@
 -- Fixed window (kind 3), included by rl_decide.lua (not run alone).
--- KEY  string "<w>:<c>": w = window index (floor(server us / window_us)), c = units
---      charged in it; it expires when the window ends.
+-- STATE  "<w>:<c>": w = window index (floor(server us / window_us)), c = units
+--        charged in it; it matters until the window ends.
 -- a    window_us
 -- b    limit: units per window
--- check(key, now, cost, a, b) returns the fields rl_decide.lua reports:
+-- check(state, key, now, cost, a, b), with state the STATE rl_decide.lua read from the
+-- string key (false if none), returns the fields rl_decide.lua reports:
 --   ok, remaining, remaining_after, reset (until the window ends), reset_after, retry.
-local fixed_window = {}
+-- commit returns the STATE to write and how long it matters (us).
+local fixed_window = { string_state = true }
 
-function fixed_window.check(key, now, cost, a, b)
+function fixed_window.check(state, key, now, cost, a, b)
   local index = idiv(now, a)
   local count = 0
-  local state = redis.call('GET', key)
   if state then
     local w, c = string.match(state, '^(%d+):(%d+)$')
     if tonumber(w) == index then count = tonumber(c) end
@@ -34,8 +35,8 @@ function fixed_window.check(key, now, cost, a, b)
   return r
 end
 
-function fixed_window.commit(key, now, r, grace_ms)
-  redis.call('SET', key, fmt(r.index) .. ':' .. fmt(r.count), 'PX', ttl_ms(r.reset, grace_ms))
+function fixed_window.commit(_, _, r)
+  return string.format('%d:%d', r.index, r.count), r.reset
 end
 
 algorithms[3] = fixed_window

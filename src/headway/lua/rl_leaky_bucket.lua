@@ -1,16 +1,17 @@
 -- Leaky bucket as a meter (kind 2), included by rl_decide.lua (not run alone).
--- KEY  string "<l>:<t>": l = level (us of leaking left), t = server us when measured;
---      the bucket is empty when the level has leaked away, so the key expires then.
+-- STATE  "<l>:<t>": l = level (us of leaking left), t = server us when measured; the
+--        bucket is empty when the level has leaked away, so the state matters until then.
 -- a    interval_us: microseconds to leak one unit
 -- b    capacity: units the bucket holds
--- check(key, now, cost, a, b) returns the fields rl_decide.lua reports:
+-- check(state, key, now, cost, a, b), with state the STATE rl_decide.lua read from the
+-- string key (false if none), returns the fields rl_decide.lua reports:
 --   ok, remaining, remaining_after, reset (until empty), reset_after, retry.
-local leaky_bucket = {}
+-- commit returns the STATE to write and how long it matters (us).
+local leaky_bucket = { string_state = true }
 
-function leaky_bucket.check(key, now, cost, a, b)
+function leaky_bucket.check(state, key, now, cost, a, b)
   local full = a * b
   local level, stamp = 0, now
-  local state = redis.call('GET', key)
   if state then
     local l, t = string.match(state, '^(%d+):(%d+)$')
     level, stamp = tonumber(l), tonumber(t)
@@ -37,9 +38,8 @@ function leaky_bucket.check(key, now, cost, a, b)
   return r
 end
 
-function leaky_bucket.commit(key, now, r, grace_ms)
-  local state = fmt(r.new_level) .. ':' .. fmt(now)
-  redis.call('SET', key, state, 'PX', ttl_ms(r.new_level, grace_ms))
+function leaky_bucket.commit(_, now, r)
+  return string.format('%d:%d', r.new_level, now), r.new_level
 end
 
 algorithms[2] = leaky_bucket

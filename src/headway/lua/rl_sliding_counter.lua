@@ -1,14 +1,16 @@
 -- Sliding counter (kind 5), included by rl_decide.lua (not run alone).
--- KEY  string "<w>:<c>:<p>": w = current window index, c = units charged in it, p = units
---      in the window before; it expires when the current window's count stops weighing
---      (the end of the next window).
+-- STATE  "<w>:<c>:<p>": w = current window index, c = units charged in it, p = units
+--        in the window before; it matters until the current window's count stops
+--        weighing (the end of the next window).
 -- a    window_us
 -- b    limit
 -- A request is admitted when p * (W - e) + (c + cost) * W <= limit * W, with e the
 -- time elapsed in the current window (integers: the weighted estimate, times W).
--- check(key, now, cost, a, b) returns the fields rl_decide.lua reports:
+-- check(state, key, now, cost, a, b), with state the STATE rl_decide.lua read from the
+-- string key (false if none), returns the fields rl_decide.lua reports:
 --   ok, remaining, remaining_after, reset (until the estimate is 0), reset_after, retry.
-local sliding_counter = {}
+-- commit returns the STATE to write and how long it matters (us).
+local sliding_counter = { string_state = true }
 
 local function counter_reset(index, a, now, c, p)
   if c > 0 then return (index + 2) * a - now end
@@ -22,11 +24,10 @@ local function counter_room(weighted, c, a, b)
   return idiv(free, a)
 end
 
-function sliding_counter.check(key, now, cost, a, b)
+function sliding_counter.check(state, key, now, cost, a, b)
   local index = idiv(now, a)
   local e = now - index * a
   local c, p = 0, 0
-  local state = redis.call('GET', key)
   if state then
     local sw, sc, sp = string.match(state, '^(%d+):(%d+):(%d+)$')
     local w = tonumber(sw)
@@ -63,9 +64,8 @@ function sliding_counter.check(key, now, cost, a, b)
   return r
 end
 
-function sliding_counter.commit(key, now, r, grace_ms)
-  local state = fmt(r.index) .. ':' .. fmt(r.c) .. ':' .. fmt(r.p)
-  redis.call('SET', key, state, 'PX', ttl_ms(r.reset_after, grace_ms))
+function sliding_counter.commit(_, _, r)
+  return string.format('%d:%d:%d', r.index, r.c, r.p), r.reset_after
 end
 
 algorithms[5] = sliding_counter

@@ -4,11 +4,12 @@
 --      after the newest entry. Entries at or before now - window are pruned.
 -- a    window_us
 -- b    limit: units in any window
--- check(key, now, cost, a, b) returns the fields rl_decide.lua reports:
+-- state    unused: the zset is read here
+-- check(_, key, now, cost, a, b) returns the fields rl_decide.lua reports:
 --   ok, remaining, remaining_after, reset (until the log is empty), reset_after, retry.
 local sliding_log = {}
 
-function sliding_log.check(key, now, cost, a, b)
+function sliding_log.check(_, key, now, cost, a, b)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - a))
   local count = redis.call('ZCARD', key)
   local r = { ok = count + cost <= b, remaining = b - count, reset = 0, retry = 0, count = count }

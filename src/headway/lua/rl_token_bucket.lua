@@ -1,15 +1,17 @@
 -- Token bucket as GCRA (kind 1), included by rl_decide.lua (not run alone).
--- KEY  string: the theoretical arrival time (TAT, server us) of the next unit;
---      the bucket is full once the TAT is in the past, so the key expires then.
+-- STATE  the theoretical arrival time (TAT, server us) of the next unit; the bucket
+--        is full once the TAT is in the past, so the state matters until then.
 -- a    interval_us: microseconds per unit of refill
 -- b    capacity: units admitted at once
--- check(key, now, cost, a, b) returns the fields rl_decide.lua reports:
+-- check(state, key, now, cost, a, b), with state the STATE rl_decide.lua read from the
+-- string key (false if none), returns the fields rl_decide.lua reports:
 --   ok, remaining, remaining_after, reset (until full), reset_after, retry.
-local token_bucket = {}
+-- commit returns the STATE to write and how long it matters (us).
+local token_bucket = { string_state = true }
 
-function token_bucket.check(key, now, cost, a, b)
+function token_bucket.check(state, key, now, cost, a, b)
   local tau = a * b
-  local tat = tonumber(redis.call('GET', key)) or now
+  local tat = tonumber(state) or now
   if tat < now then tat = now end
   local new_tat = tat + cost * a
   local r = {
@@ -29,8 +31,8 @@ function token_bucket.check(key, now, cost, a, b)
   return r
 end
 
-function token_bucket.commit(key, now, r, grace_ms)
-  redis.call('SET', key, fmt(r.new_tat), 'PX', ttl_ms(r.new_tat - now, grace_ms))
+function token_bucket.commit(_, now, r)
+  return fmt(r.new_tat), r.new_tat - now
 end
 
 algorithms[1] = token_bucket

@@ -23,6 +23,7 @@ __all__ = [
     "SyncConcurrencyBackend",
     "SyncRateLimitBackend",
     "decide_call",
+    "policy_keys",
     "state_keys",
 ]
 
@@ -105,7 +106,13 @@ class SyncConcurrencyBackend(Protocol):
 
 
 def state_keys(key: str, policies: Sequence[Policy]) -> list[str]:
-    """One state key per policy, all sharing the hash tag of ``key``."""
+    """The Redis keys holding ``key``'s state (``PolicySet.stored``), sharing its hash tag."""
+    base = tag_base("rl", key)
+    return [base + suffix for suffix in PolicySet.of(policies).stored]
+
+
+def policy_keys(key: str, policies: Sequence[Policy]) -> list[str]:
+    """One name per policy for ``key``'s state (``PolicySet.suffixes``)."""
     base = tag_base("rl", key)
     return [base + suffix for suffix in PolicySet.of(policies).suffixes]
 
@@ -116,5 +123,5 @@ def decide_call(
     """Keys and arguments of ``rl_decide.lua``."""
     policies = PolicySet.of(policies)
     base = tag_base("rl", key)
-    keys = [base + suffix for suffix in policies.suffixes]
+    keys = [base + suffix for suffix in policies.stored]
     return keys, ["" if now_us is None else now_us, cost, 1 if peek else 0, *policies.flat]

@@ -1,8 +1,9 @@
 """The in-memory rate-limit backend: the embedded default and the reference model.
 
 It runs ``_model`` over a dict in one process, with the scripts' semantics:
-the same keys, the same TTLs (an expired entry reads as missing), the same
-decisions, and the same concurrency slots (leases that end unless renewed).
+one state per policy, named as the scripts name it (they keep several policies'
+string states in one key), the same TTLs (an expired state reads as missing), the
+same decisions, and the same concurrency slots (leases that end unless renewed).
 Time comes from an injectable clock (monotonic by default: one process needs
 no shared clock).
 """
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._clock import Clock, MonotonicClock
-from ._backend import state_keys
+from ._backend import policy_keys
 from ._model import Verdict, decide
 from ._policies import Concurrency, Policy, PolicySet
 from ._slots import Grant, slot_key
@@ -36,7 +37,7 @@ class _Store:
     ) -> Verdict:
         with self._mutex:
             now = self._now() if now_us is None else now_us
-            return self._decide(state_keys(key, policies), policies, cost, peek, now)
+            return self._decide(policy_keys(key, policies), policies, cost, peek, now)
 
     def _decide(
         self, keys: list[str], policies: Sequence[Policy], cost: int, peek: bool, now: int
@@ -112,7 +113,7 @@ class _Store:
 
     def reset(self, key: str, policies: Sequence[Policy]) -> None:
         with self._mutex:
-            for k in state_keys(key, policies):
+            for k in policy_keys(key, policies):
                 self.entries.pop(k, None)
 
 

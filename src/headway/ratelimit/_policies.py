@@ -213,12 +213,18 @@ class PolicySet(tuple[Policy, ...]):
     """Policies decided together, with what every call sends computed once.
 
     ``specs`` holds each policy's ``(kind, a, b)``, ``flat`` the same run
-    together (the scripts' arguments), ``suffixes`` each one's key part.
+    together (the scripts' arguments). ``suffixes`` names each policy's state
+    (the in-memory backend's entries), ``stored`` the Redis keys that hold them.
+    One policy's state is named by its parameters. Several policies keep theirs
+    under the name of the whole set: every string state in one key (a decision
+    reads and writes it once, as the server charges about a round trip's worth
+    per command), a zset per sliding log; a limiter with other policies shares none.
     """
 
     specs: tuple[tuple[int, int, int], ...]
     flat: tuple[int, ...]
     suffixes: tuple[str, ...]
+    stored: tuple[str, ...]
     kinds: tuple[int, ...]  # the algorithms used, sorted, once each
     packed: dict[tuple[int, bool], Any]  # the Redis backend's packed arguments, per cost
 
@@ -226,7 +232,14 @@ class PolicySet(tuple[Policy, ...]):
         self = super().__new__(cls, policies)
         self.specs = tuple((p.kind, *p.params()) for p in self)
         self.flat = tuple(n for spec in self.specs for n in spec)
-        self.suffixes = tuple(p.key_part for p in self)
+        parts = [p.key_part for p in self]
+        if len(parts) == 1:
+            self.suffixes = self.stored = (parts[0],)
+        else:
+            joined = "+".join(parts)
+            self.suffixes = tuple(f"{joined}/{part}" for part in parts)
+            logs = tuple(f"{joined}/{p.key_part}" for p in self if isinstance(p, SlidingLog))
+            self.stored = logs if len(logs) == len(parts) else (joined, *logs)
         self.kinds = tuple(sorted({p.kind for p in self}))
         self.packed = {}
         return self
