@@ -12,7 +12,9 @@ slowapi, fastapi-limiter), every request admitted:
    tasks;
 2. over a real server: the same app under uvicorn in its own process on a free
    loopback port, driven by a minimal keep-alive HTTP/1.1 client (16
-   connections for the concurrent part): the same numbers.
+   connections for the concurrent part): the same numbers, twice: uvicorn's
+   pure-Python stack (h11, asyncio loop) and what ``uvicorn[standard]`` (and so
+   ``fastapi[standard]``) runs by default (httptools, uvloop).
 
 "Added" latencies subtract the bare app's. The floor is one ``RateLimiter.hit``
 on the same Redis: what one limiter decision costs. Rounds alternate the
@@ -136,14 +138,21 @@ async def _in_process(app: Any, subject: str, config: Config, into: Samples) -> 
 # -- over a real server: uvicorn in its own process ------------------------------------------
 
 
+#: uvicorn's options per server run: its pure-Python stack, and uvicorn[standard]'s.
+SERVERS = {
+    "server": ["--http", "h11", "--loop", "asyncio"],
+    "server-standard": ["--http", "httptools", "--loop", "uvloop"],
+}
+
+
 @contextmanager
-def uvicorn_server(subject: str, url: str) -> Iterator[int]:
+def uvicorn_server(subject: str, url: str, where: str) -> Iterator[int]:
     port = free_port()
     env = {**os.environ, "BENCH_SUBJECT": subject, "BENCH_REDIS_URL": url}
     argv = [
         sys.executable, "-m", "uvicorn", "_mw_apps:make_app", "--factory",
         "--app-dir", str(HERE), "--host", "127.0.0.1", "--port", str(port),
-        "--log-level", "warning", "--no-access-log",
+        "--log-level", "warning", "--no-access-log", *SERVERS[where],
     ]  # fmt: skip
     process = subprocess.Popen(argv, env=env, cwd=HERE.parent)
     try:
@@ -193,8 +202,8 @@ class Connection:
         await self.writer.wait_closed()
 
 
-async def over_server(subject: str, url: str, config: Config, into: Samples) -> None:
-    with uvicorn_server(subject, url) as port:
+async def over_server(subject: str, url: str, config: Config, into: Samples, where: str) -> None:
+    with uvicorn_server(subject, url, where) as port:
         connections = [await Connection.open(port) for _ in range(config.tasks)]
         one = connections[0]
         for _ in range(config.warmup):
@@ -285,9 +294,12 @@ def report(floor_: Samples, results: dict[str, dict[str, Samples]], config: Conf
     ]
     titles = {
         "in-process": "In-process (ASGI app called directly)",
-        "server": "Over uvicorn (own process, keep-alive HTTP/1.1 client)",
+        "server": "Over uvicorn, h11 + asyncio (own process, keep-alive HTTP/1.1 client)",
+        "server-standard": "Over uvicorn[standard], httptools + uvloop (the same client)",
     }
     for where, title in titles.items():
+        if where not in results:
+            continue
         base = results[where]["bare"]
         lines += [
             f"{title}: {config.rounds} round(s) x {config.sequential} sequential requests, "
@@ -321,7 +333,7 @@ def report(floor_: Samples, results: dict[str, dict[str, Samples]], config: Conf
 
 async def run(url: str, private: bool, config: Config, server: bool) -> str:
     subjects = list(SUBJECTS)
-    wheres = ["in-process", "server"] if server else ["in-process"]
+    wheres = ["in-process", *SERVERS] if server else ["in-process"]
     results = {where: {s: Samples() for s in subjects} for where in wheres}
     flusher = aioredis.Redis.from_url(url)
     for round_ in range(config.rounds):
@@ -331,12 +343,12 @@ async def run(url: str, private: bool, config: Config, server: bool) -> str:
                 if private:
                     await flusher.flushall()  # our own throw-away server
                 print(f"round {round_ + 1} {where:<10} {subject}", file=sys.stderr)
-                measure = in_process if where == "in-process" else over_server
-                await measure(subject, url, config, results[where][subject])
+                if where == "in-process":
+                    await in_process(subject, url, config, results[where][subject])
+                else:
+                    await over_server(subject, url, config, results[where][subject], where)
     await flusher.aclose()
     floor_ = await floor(url, config)
-    if "server" not in results:
-        results["server"] = results["in-process"]  # keeps the report's shape
     return report(floor_, results, config)
 
 

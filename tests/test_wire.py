@@ -21,6 +21,13 @@ from tests.servers import RedisServers
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, bool]]:
+    """Both loops: the transport is taken over from redis-py, where loops differ."""
+    return ("asyncio", {"use_uvloop": request.param == "uvloop"})
+
+
 ECHO = Script.from_source("echo", "return {KEYS[1], ARGV[1]}")
 INCR = Script.from_source("incr", "return redis.call('INCR', KEYS[1])")
 FAIL = Script.from_source("fail", "return redis.error_reply('BOOM went the script')")

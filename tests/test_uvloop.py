@@ -1,0 +1,63 @@
+"""The Redis paths on uvloop, the loop ``uvicorn[standard]`` and ``fastapi[standard]`` run.
+
+headway drives its Redis socket itself (``_wire`` takes the transport over from
+redis-py with ``set_protocol``), which is where event-loop implementations
+differ. ``tests/test_wire.py`` runs on both loops; these run the limiter and
+the lock end to end on uvloop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from redis import asyncio as aioredis
+
+from headway import FixedWindow, Lock, RateLimiter, RedisLockBackend, RedisRateLimitBackend
+
+pytestmark = [pytest.mark.anyio, pytest.mark.redis]
+
+
+@pytest.fixture
+def anyio_backend() -> tuple[str, dict[str, bool]]:
+    return ("asyncio", {"use_uvloop": True})
+
+
+async def test_the_loop_is_uvloop() -> None:
+    import uvloop
+
+    assert isinstance(asyncio.get_running_loop(), uvloop.Loop)
+
+
+async def test_concurrent_hits_are_counted_exactly(redis_client: aioredis.Redis) -> None:
+    backend = RedisRateLimitBackend(redis_client)
+    assert backend.coalesce  # headway's own connection, not redis-py's
+    limiter = RateLimiter(FixedWindow(300, 3600.0), backend=backend)
+    decisions = await asyncio.gather(*(limiter.hit("k") for _ in range(1000)))
+    assert sum(d.allowed for d in decisions) == 300
+    assert backend._wires.wire().requests >= 1000  # all of them over headway's connection
+    await backend.aclose()
+
+
+async def test_contended_lock_excludes_and_hands_over(redis_client: aioredis.Redis) -> None:
+    backend = RedisLockBackend(redis_client)
+    lock = Lock(backend, "counter", ttl=5.0, timeout=30.0)
+    count, inside, fences = 0, 0, []
+
+    async def worker() -> None:
+        nonlocal count, inside
+        for _ in range(25):
+            async with lock.hold() as lease:
+                inside += 1
+                assert inside == 1
+                fences.append(lease.fence)
+                value = count
+                await asyncio.sleep(0)  # let the others queue up behind us
+                count = value + 1
+                inside -= 1
+
+    await asyncio.gather(*(worker() for _ in range(8)))
+    assert count == 200
+    assert len(set(fences)) == 200  # each grant a fence of its own ...
+    assert fences == sorted(fences)  # ... newer than the last
+    await backend.aclose()
