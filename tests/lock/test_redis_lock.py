@@ -53,16 +53,20 @@ async def backend(redis_client: aioredis.Redis) -> AsyncIterator[RedisLockBacken
 async def test_every_key_has_a_ttl(backend: RedisLockBackend, redis_client: aioredis.Redis) -> None:
     lock = Lock(backend, "ttl-check", ttl=30)
     holder = await lock.acquire()
-    waiter = asyncio.create_task(lock.acquire(timeout=5))
+    # Another client's waiter queues in Redis at once (one of ours would ride on the
+    # holder's release instead).
+    other = Lock(RedisLockBackend(redis_client), "ttl-check", ttl=30)
+    waiter = asyncio.create_task(other.acquire(timeout=5))
     keys = lock_keys("ttl-check")
-    while not await redis_client.exists(keys.queue):
-        await asyncio.sleep(0.01)
+    async with asyncio.timeout(5):
+        while not await redis_client.exists(keys.queue):
+            await asyncio.sleep(0.01)
     found = [key async for key in redis_client.scan_iter("headway:*")]
     assert {k.decode() for k in found} == {keys.owner, keys.fence, keys.queue, keys.places}
     for key in found:
         assert await redis_client.pttl(key) > 0, key
     await lock.release(holder)
-    await lock.release(await waiter)
+    await other.release(await waiter)
 
 
 async def test_uncontended_cycle_is_two_round_trips(redis_servers: RedisServers) -> None:
@@ -349,17 +353,19 @@ async def test_a_lock_handed_to_a_leaving_waiter_goes_to_the_next(
     lock = Lock(backend, "relay", ttl=30, timeout=10)
     held = await lock.acquire()
     gone = await _queue_raw_waiter(redis_client, "relay", "a" * 32)
-    next_one = asyncio.create_task(lock.acquire())
+    other = Lock(RedisLockBackend(redis_client), "relay", ttl=30, timeout=10)
+    next_one = asyncio.create_task(other.acquire())  # another client's: queued at once
     k = lock_keys("relay")
-    while await redis_client.zcard(k.queue) < 2:
-        await asyncio.sleep(0.005)
+    async with asyncio.timeout(5):
+        while await redis_client.zcard(k.queue) < 2:
+            await asyncio.sleep(0.005)
     await lock.release(held)  # handed to the raw waiter, which then gives up
     assert await redis_client.get(k.owner) == b"a" * 32
     await LEAVE.run(redis_client, *leave_call("relay", gone))
     async with asyncio.timeout(2):  # woken with the lock, not after a bounded wait
         lease = await next_one
     assert lease.fence > held.fence
-    await lock.release(lease)
+    await other.release(lease)
 
 
 async def test_an_expired_holders_lock_goes_to_the_first_waiter(
@@ -375,3 +381,109 @@ async def test_an_expired_holders_lock_goes_to_the_first_waiter(
     assert not refused.granted
     assert refused.pttl_ms > 29_000
     assert await redis_client.get(k.owner) == b"a" * 32
+
+
+# -- riders: a task asking for a lock one of its own backend's tasks holds -------------------
+
+
+async def test_riders_take_one_script_per_grant_in_fifo_order(
+    redis_servers: RedisServers,
+) -> None:
+    server = redis_servers.start()
+    client = aioredis.Redis(port=server.port)
+    backend = RedisLockBackend(client)
+    lock = Lock(backend, "ride", ttl=10, timeout=30)
+    await lock.release(await lock.acquire())  # scripts cached, connection open
+    grants: list[int] = []
+    inside = 0
+
+    async def worker(n: int) -> None:
+        nonlocal inside
+        for _ in range(50):
+            lease = await lock.acquire()
+            inside += 1
+            assert inside == 1
+            grants.append(n)
+            await asyncio.sleep(0)  # the others ask meanwhile: they ride
+            inside -= 1
+            await lock.release(lease)
+
+    await client.config_resetstat()
+    await asyncio.gather(*(worker(n) for n in range(8)))
+    calls = {k: v["calls"] for k, v in (await client.info("commandstats")).items()}
+    # Every acquire but the first few rides on a release: one script per grant (plus
+    # the few first attempts made before anybody held the lock).
+    assert calls["cmdstat_evalsha"] <= len(grants) + 16
+    assert sorted(grants.count(n) for n in range(8)) == [50] * 8
+    # FIFO: once all eight are in, each grant goes to the task that waited longest.
+    assert all(len(set(grants[i : i + 8])) == 8 for i in range(8, len(grants) - 8, 8))
+    await backend.aclose()
+    await client.aclose()
+    redis_servers.stop(server)
+
+
+async def test_a_rider_goes_behind_a_waiter_queued_before_it(
+    backend: RedisLockBackend, redis_client: aioredis.Redis
+) -> None:
+    lock = Lock(backend, "ride", ttl=30, timeout=10)
+    held = await lock.acquire()
+    earlier = await _queue_raw_waiter(redis_client, "ride", "a" * 32)  # another process's
+    rider = asyncio.create_task(lock.acquire())
+    await asyncio.sleep(0.05)
+    assert not rider.done()
+    k = lock_keys("ride")
+    assert await redis_client.zrange(k.queue, 0, -1) == [earlier.encode()]  # not queued yet
+    await lock.release(held)  # queues the rider behind it and hands the lock to `earlier`
+    assert await redis_client.get(k.owner) == b"a" * 32
+    assert await redis_client.zcard(k.queue) == 1
+    await LEAVE.run(redis_client, *leave_call("ride", earlier))  # done: hands it on
+    async with asyncio.timeout(2):
+        lease = await rider
+    assert lease.fence > held.fence
+    await lock.release(lease)
+
+
+async def test_a_rider_whose_holder_never_releases_gets_the_lock_after_the_lease(
+    backend: RedisLockBackend, redis_client: aioredis.Redis
+) -> None:
+    lock = Lock(backend, "ride", ttl=0.3, timeout=10)
+    await lock.acquire()  # and never released: the holder "hangs"
+    started = time.monotonic()
+    lease = await Lock(backend, "ride", ttl=5, timeout=10).acquire()
+    assert 0.25 < time.monotonic() - started < 0.3 + 1.0  # the lease, plus a bounded wait
+    await lock.release(lease)
+
+
+async def test_a_rider_that_gives_up_leaves_nothing_behind(
+    backend: RedisLockBackend, redis_client: aioredis.Redis
+) -> None:
+    lock = Lock(backend, "ride", ttl=30)
+    held = await lock.acquire()
+    with pytest.raises(LockNotAcquired):
+        await lock.acquire(timeout=0.2)  # rides, times out before any release
+    cancelled = asyncio.create_task(lock.acquire(timeout=10))
+    await asyncio.sleep(0.05)
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    await lock.release(held)  # queues nobody: neither rider is there to take it
+    k = lock_keys("ride")
+    assert await redis_client.exists(k.owner, k.queue, k.places) == 0
+    async with asyncio.timeout(1):
+        await lock.release(await lock.acquire(timeout=0))
+
+
+async def test_riders_of_a_holder_that_lost_its_lease_try_for_themselves(
+    backend: RedisLockBackend, redis_client: aioredis.Redis
+) -> None:
+    lock = Lock(backend, "ride", ttl=30, timeout=10)
+    held = await lock.acquire()
+    rider = asyncio.create_task(lock.acquire())
+    await asyncio.sleep(0.05)
+    k = lock_keys("ride")
+    await redis_client.set(k.owner, "somebody-else", px=300)  # our lease is gone
+    with pytest.raises(LockNotOwned):
+        await lock.release(held)  # queued nobody: the rider is told to try itself
+    async with asyncio.timeout(2):  # within the other's lease and a bounded wait
+        lease = await rider
+    await lock.release(lease)

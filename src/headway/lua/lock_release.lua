@@ -8,6 +8,10 @@
 -- ARGV[2] channel  pub/sub channel on which the waiters listen
 -- ARGV[3] call     random id of this release call, or "" from a client that never retries
 -- ARGV[4] node     the releasing client's id: its own waiters are told by it, not on the channel
+-- ARGV[5] place_ms how long a waiter queued here keeps its place without trying again
+-- ARGV[6..] riders waiter ids of the releasing client's tasks that asked for the lock while
+--          it held it: they are queued here, in this order, behind those already waiting,
+--          instead of by an acquire of their own (only when the release succeeds)
 -- Returns 1 when released, {1, waiter, fence} when released and handed to `waiter`,
 -- 0 when the token no longer holds the lock (nothing touched).
 -- Idempotent per call: a retried release (redis-py retries a command whose reply was
@@ -24,7 +28,24 @@ redis.call('DEL', KEYS[1])
 if ARGV[3] ~= '' then
   redis.call('SET', KEYS[4], done, 'PX', 60000)
 end
-local granted = hand_off(KEYS[1], KEYS[5], KEYS[2], KEYS[3], ARGV[2], nil, ARGV[4])
+local now_us = nil
+if #ARGV > 5 then
+  now_us = server_us()
+  local now_ms = math.floor(now_us / 1000)
+  local place_ms = tonumber(ARGV[5])
+  for i = 6, #ARGV do
+    -- Arrival times just before now, in the riders' order (a zset orders equal scores
+    -- by member, not by arrival).
+    redis.call('ZADD', KEYS[2], 'NX', now_us - (#ARGV - i), ARGV[i])
+    redis.call('ZADD', KEYS[3], now_ms + place_ms, ARGV[i])
+  end
+  for i = 2, 3 do
+    if redis.call('PTTL', KEYS[i]) < place_ms then
+      redis.call('PEXPIRE', KEYS[i], place_ms)
+    end
+  end
+end
+local granted = hand_off(KEYS[1], KEYS[5], KEYS[2], KEYS[3], ARGV[2], now_us, ARGV[4])
 if granted then
   return {1, granted[1], granted[2]}
 end
