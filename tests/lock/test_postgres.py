@@ -154,15 +154,15 @@ async def test_idle_holder_loses_the_lock(
 async def test_extend_restarts_and_resets_the_ttl(
     backend: PostgresLockBackend, resource: str
 ) -> None:
-    lease = await backend.acquire(resource, ttl=0.5, timeout=0)
-    for _ in range(3):  # 0.6 s in all, longer than the TTL, but never idle that long
-        await asyncio.sleep(0.2)
-        lease = await backend.extend(lease, 0.5)
+    lease = await backend.acquire(resource, ttl=1.0, timeout=0)
+    for _ in range(3):  # 1.2 s in all, longer than the TTL, but never idle that long
+        await asyncio.sleep(0.4)  # (0.6 s of margin: a loaded machine stalls for 0.3 s)
+        lease = await backend.extend(lease, 1.0)
     with pytest.raises(LockNotAcquired):
         await backend.acquire(resource, ttl=1, timeout=0)
     lease = await backend.extend(lease, 3)
     assert lease.ttl == 3.0
-    await asyncio.sleep(0.8)  # idle longer than the old TTL, shorter than the new one
+    await asyncio.sleep(1.4)  # idle longer than the old TTL, shorter than the new one
     lease = await backend.extend(lease, 3)
     await backend.release(lease)
 

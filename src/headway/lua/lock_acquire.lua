@@ -61,12 +61,7 @@ end
 
 if waiter ~= '' then
   local place_ms = tonumber(ARGV[4])
-  redis.call('ZADD', KEYS[3], 'NX', now_us, waiter)
-  redis.call('ZADD', KEYS[4], now_ms + place_ms, waiter)
-  for i = 3, 4 do
-    if redis.call('PTTL', KEYS[i]) < place_ms then
-      redis.call('PEXPIRE', KEYS[i], place_ms)
-    end
-  end
+  enqueue(KEYS[3], KEYS[4], waiter, now_us, now_ms, place_ms)
+  keep_queue(KEYS[3], KEYS[4], place_ms)
 end
 return {0, pttl}

@@ -21,6 +21,22 @@ local function next_fence(fence_key, now_us, floor)
   return fence
 end
 
+-- Queue `waiter` (arrival `score`, us; kept if it is queued already) with a place until
+-- now_ms + place_ms.
+local function enqueue(queue, places, waiter, score, now_ms, place_ms)
+  redis.call('ZADD', queue, 'NX', score, waiter)
+  redis.call('ZADD', places, now_ms + place_ms, waiter)
+end
+
+-- Keep the queue's keys at least as long as the places just given.
+local function keep_queue(queue, places, place_ms)
+  for _, key in ipairs({queue, places}) do
+    if redis.call('PTTL', key) < place_ms then
+      redis.call('PEXPIRE', key, place_ms)
+    end
+  end
+end
+
 -- Grant the free lock to the first waiter whose place is still valid (dropping lapsed
 -- ones) and tell it on `channel` with "<waiter> <fence>", unless it waits in `node`
 -- (the caller's own client, which tells it without a message). `now_us` may be nil:

@@ -36,14 +36,9 @@ if #ARGV > 5 then
   for i = 6, #ARGV do
     -- Arrival times just before now, in the riders' order (a zset orders equal scores
     -- by member, not by arrival).
-    redis.call('ZADD', KEYS[2], 'NX', now_us - (#ARGV - i), ARGV[i])
-    redis.call('ZADD', KEYS[3], now_ms + place_ms, ARGV[i])
+    enqueue(KEYS[2], KEYS[3], ARGV[i], now_us - (#ARGV - i), now_ms, place_ms)
   end
-  for i = 2, 3 do
-    if redis.call('PTTL', KEYS[i]) < place_ms then
-      redis.call('PEXPIRE', KEYS[i], place_ms)
-    end
-  end
+  keep_queue(KEYS[2], KEYS[3], place_ms)
 end
 local granted = hand_off(KEYS[1], KEYS[5], KEYS[2], KEYS[3], ARGV[2], now_us, ARGV[4])
 if granted then
