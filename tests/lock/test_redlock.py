@@ -337,9 +337,9 @@ async def test_cancelled_acquire_strands_nothing(
 async def test_hold_renews_over_redlock(
     nodes: Nodes, backend: RedlockBackend, direct: list[aioredis.Redis], resource: str
 ) -> None:
-    lock = Lock(backend, resource, ttl=0.3, timeout=1)
-    async with lock.hold(renew_every=0.1) as lease:
-        await anyio.sleep(0.6)  # twice the TTL: only the renewals keep the keys
+    lock = Lock(backend, resource, ttl=0.6, timeout=1)  # a renewal may be 0.4 s late
+    async with lock.hold(renew_every=0.15) as lease:
+        await anyio.sleep(1.2)  # twice the TTL: only the renewals keep the keys
         assert await owners(direct, nodes, resource) == [lease.token] * N
     assert await owners(direct, nodes, resource) == [None] * N
 

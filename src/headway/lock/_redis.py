@@ -431,6 +431,7 @@ class RedisLockBackend(QueuedBackend):
     async def _release(self, resource: str, token: str) -> bool:
         channel = lock_keys(resource).channel
         riders = self._forget(resource, token)
+        sent = asyncio.get_running_loop().time()  # the handed lease starts after this
 
         def handed(reply: Any) -> None:
             # Handed to the next waiter, which we tell if it is ours (a waiter of another
@@ -438,9 +439,9 @@ class RedisLockBackend(QueuedBackend):
             # so our waiter is not left to its bounded wait.
             if (to := handed_to(reply)) is not None:
                 waiter, fence = to
-                token, ttl_ms, node = waiter.rsplit(":", 2)
+                next_token, ttl_ms, node = waiter.rsplit(":", 2)
                 if node == self.node:
-                    self._holds(resource, token, int(ttl_ms), asyncio.get_running_loop().time())
+                    self._holds(resource, next_token, int(ttl_ms), sent)
                 self._waker.hand(channel, waiter, fence)
             elif not reply:  # the lease had ended: the release queued nobody
                 self._unride(resource, riders)
