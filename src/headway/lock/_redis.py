@@ -103,7 +103,8 @@ def release_call(
     """
     k = lock_keys(resource)
     call = secrets.token_hex(8) if retried else ""
-    return k.release, [token, k.channel, call, node, PLACE_MS, *riders]
+    queue = (PLACE_MS, *riders) if riders else ()
+    return k.release, [token, k.channel, call, node, *queue]
 
 
 def handed_to(reply: Any) -> tuple[str, int] | None:
@@ -294,6 +295,7 @@ class _Held:
     token: str
     deadline: float  # loop time, never later than the lease's end
     loop: asyncio.AbstractEventLoop
+    riders: list[str] = field(default_factory=list)  # waiter ids its release will queue
 
 
 #: A task rides on a holder's release only if that lease has this long left (s).
@@ -336,7 +338,6 @@ class RedisLockBackend(QueuedBackend):
         self._waker = _Waker(client, timeout)
         self.node = secrets.token_hex(4)
         self._held: dict[str, _Held] = {}
-        self._riders: dict[str, list[str]] = {}
 
     @classmethod
     def from_url(
@@ -367,32 +368,35 @@ class RedisLockBackend(QueuedBackend):
 
         Returns the refusal the acquire script would have given, or None to run it.
         """
-        riders = self._riders.get(resource)
         held = self._held.get(resource)
-        left = 0.0
-        if held is not None and held.token != step.token and step.waiter:
-            loop = asyncio.get_running_loop()
-            left = held.deadline - loop.time()
-            if left < _RIDE_MARGIN:
-                del self._held[resource]  # over, as far as we know: nobody rides on it
-                left = 0.0
-            # Only on our own connection, where the release is written before any later
-            # leave of the rider's (FIFO).
-            elif held.loop is not loop or self._wires.ready() is None:
-                left = 0.0
-        if not left:
-            if riders is not None and step.waiter in riders:
-                riders.remove(step.waiter)  # it queues itself now: the release must not
+        if held is None or held.token == step.token or not step.waiter:
             return None
-        if riders is None:
-            riders = self._riders[resource] = []
-        if step.waiter not in riders:
-            riders.append(step.waiter)
+        loop = asyncio.get_running_loop()
+        left = held.deadline - loop.time()
+        if left < _RIDE_MARGIN:  # over, as far as we know: its riders try for themselves
+            riders = self._forget(resource, held.token)
+            self._unride(resource, [r for r in riders if r != step.waiter])
+            return None
+        # Only on our own connection, where the release is written before any later
+        # leave of the rider's (FIFO).
+        if held.loop is not loop or self._wires.ready() is None:
+            if step.waiter in held.riders:
+                held.riders.remove(step.waiter)  # it queues itself now: the release must not
+            return None
+        if step.waiter not in held.riders:
+            held.riders.append(step.waiter)
         return Attempt(False, pttl_ms=int(left * 1000))
 
     def _holds(self, resource: str, token: str, ttl_ms: int, since: float) -> None:
-        loop = asyncio.get_running_loop()
-        self._held[resource] = _Held(token, since + ttl_ms / 1000, loop)
+        """Record (or renew) ``token``'s hold on ``resource``, keeping its riders."""
+        held = self._held.get(resource)
+        if held is not None and held.token == token:
+            held.deadline = since + ttl_ms / 1000
+        else:
+            if held is not None:  # that hold is over (the lock is ``token``'s now)
+                self._unride(resource, held.riders)
+            loop = asyncio.get_running_loop()
+            self._held[resource] = _Held(token, since + ttl_ms / 1000, loop)
 
     def _forget(self, resource: str, token: str) -> list[str]:
         """Forget ``token``'s hold on ``resource``; returns the riders its release takes."""
@@ -400,7 +404,7 @@ class RedisLockBackend(QueuedBackend):
         if held is None or held.token != token:
             return []
         del self._held[resource]
-        return self._riders.pop(resource, [])
+        return held.riders
 
     def _unride(self, resource: str, riders: list[str]) -> None:
         """Tell ``riders`` that no release queued them: each tries for itself."""
@@ -463,18 +467,20 @@ class RedisLockBackend(QueuedBackend):
         held = self._held.get(resource)
         if held is not None and held.token == token:
             if extended:
-                self._holds(resource, token, ttl_ms, sent)
+                held.deadline = sent + ttl_ms / 1000
             else:
                 self._unride(resource, self._forget(resource, token))
         return extended
 
     async def _leave(self, resource: str, waiter: str) -> None:
-        riders = self._riders.get(resource)
-        if riders is not None and waiter in riders:
-            riders.remove(waiter)  # an earlier release may have queued it: leave anyway
         held = self._held.get(resource)
-        if held is not None and waiter.startswith(held.token + ":"):
-            del self._held[resource]  # handed the lock as it left: the script releases it
+        if held is not None:
+            if waiter in held.riders:
+                held.riders.remove(waiter)  # an earlier release may have queued it: leave anyway
+            elif waiter.startswith(held.token + ":"):
+                # Handed the lock as it left: the script releases it and hands it on in
+                # Redis, without our riders, who try for themselves.
+                self._unride(resource, self._forget(resource, held.token))
         await self._call(LEAVE, *leave_call(resource, waiter))
 
     def _listen(self, resource: str, waiter: str) -> contextlib.AbstractAsyncContextManager[Any]:

@@ -8,7 +8,7 @@
 -- ARGV[2] channel  pub/sub channel on which the waiters listen
 -- ARGV[3] call     random id of this release call, or "" from a client that never retries
 -- ARGV[4] node     the releasing client's id: its own waiters are told by it, not on the channel
--- ARGV[5] place_ms how long a waiter queued here keeps its place without trying again
+-- ARGV[5] place_ms how long a waiter queued here keeps its place (only with riders)
 -- ARGV[6..] riders waiter ids of the releasing client's tasks that asked for the lock while
 --          it held it: they are queued here, in this order, behind those already waiting,
 --          instead of by an acquire of their own (only when the release succeeds)
