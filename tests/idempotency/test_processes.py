@@ -145,7 +145,7 @@ async def test_one_key_200_requests_two_processes(
     assert replay.headers["idempotent-replayed"] == "true"
 
 
-@pytest.mark.parametrize("lease", [1.0])
+@pytest.mark.parametrize("lease", [2.0])  # renewed every 0.67 s: a stalled host keeps it
 async def test_killed_worker_retry_runs_once_after_the_lease(
     servers: Servers, postgres_url: str, redis_client: object
 ) -> None:
@@ -163,7 +163,7 @@ async def test_killed_worker_retry_runs_once_after_the_lease(
             await doomed
         url = f"http://127.0.0.1:{b}/payments"
         early = await client.post(url, json={"amount": 1}, headers=HEADERS)
-        await asyncio.sleep(1.5)  # past the 1 s lease of the dead worker
+        await asyncio.sleep(2.5)  # past the 2 s lease of the dead worker
         retry = await client.post(url, json={"amount": 1}, headers=HEADERS)
         replay = await client.post(url, json={"amount": 1}, headers=HEADERS)
     assert early.status_code == 409  # its lease is still running
@@ -174,7 +174,7 @@ async def test_killed_worker_retry_runs_once_after_the_lease(
     assert await stored(postgres_url) == [("COMPLETED", retry.content)]
 
 
-@pytest.mark.parametrize("lease", [1.0])
+@pytest.mark.parametrize("lease", [2.0])  # renewed every 0.67 s: a stalled host keeps it
 async def test_paused_worker_completion_is_rejected(
     servers: Servers, postgres_url: str, redis_client: object
 ) -> None:
@@ -188,7 +188,7 @@ async def test_paused_worker_completion_is_rejected(
         await asyncio.wait_for(entered(effects, 1), 20)
         os.kill(worker_a.pid, signal.SIGSTOP)
         try:
-            await asyncio.sleep(1.5)  # past its 1 s lease
+            await asyncio.sleep(2.5)  # past its 2 s lease
             url = f"http://127.0.0.1:{b}/payments"
             retry = await client.post(url, json={"amount": 1}, headers=HEADERS)
         finally:

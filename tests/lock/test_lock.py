@@ -274,7 +274,7 @@ async def test_max_hold_caps_the_hold(backend: LockBackend) -> None:
         async with asyncio.timeout(5):
             async with lock.hold(renew_every=0.05, max_hold=0.4):
                 await asyncio.Event().wait()
-    await lock.release(await lock.acquire(timeout=1))
+    await lock.release(await lock.acquire(timeout=1, ttl=5))  # free again (ttl: no race)
 
 
 async def test_hold_releases_when_the_block_raises(backend: LockBackend) -> None:

@@ -154,15 +154,15 @@ async def test_idle_holder_loses_the_lock(
 async def test_extend_restarts_and_resets_the_ttl(
     backend: PostgresLockBackend, resource: str
 ) -> None:
-    lease = await backend.acquire(resource, ttl=1.0, timeout=0)
-    for _ in range(3):  # 1.2 s in all, longer than the TTL, but never idle that long
-        await asyncio.sleep(0.4)  # (0.6 s of margin: a loaded machine stalls for 0.3 s)
-        lease = await backend.extend(lease, 1.0)
+    lease = await backend.acquire(resource, ttl=2.0, timeout=0)
+    for _ in range(3):  # 2.4 s in all, longer than the TTL, but never idle that long
+        await asyncio.sleep(0.8)  # (1.2 s of margin: a host stealing CPU stalls for 0.6 s)
+        lease = await backend.extend(lease, 2.0)
     with pytest.raises(LockNotAcquired):
         await backend.acquire(resource, ttl=1, timeout=0)
-    lease = await backend.extend(lease, 3)
-    assert lease.ttl == 3.0
-    await asyncio.sleep(1.4)  # idle longer than the old TTL, shorter than the new one
+    lease = await backend.extend(lease, 5)
+    assert lease.ttl == 5.0
+    await asyncio.sleep(2.5)  # idle longer than the old TTL, shorter than the new one
     lease = await backend.extend(lease, 3)
     await backend.release(lease)
 
