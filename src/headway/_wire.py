@@ -117,6 +117,7 @@ def _tail(keys: Sequence[str], args: Sequence[Arg] | Packed) -> tuple[int, bytes
 
 class _Call:
     __slots__ = (
+        "always",
         "count",
         "deadline",
         "future",
@@ -136,6 +137,7 @@ class _Call:
         tail: bytes,
         orphan: Orphan | None,
         timeout: float | None,
+        always: bool = False,
     ) -> None:
         self.future = future
         self.script = script
@@ -143,9 +145,9 @@ class _Call:
         self.tail = tail
         self.orphan = orphan
         self.timeout = timeout
+        self.always = always
         self.reloaded = False
         self.sent = self.deadline = 0.0
-        self.sent = 0.0
 
 
 class _Connection(asyncio.Protocol):
@@ -250,13 +252,14 @@ class _Connection(asyncio.Protocol):
             self.send(call)
             return
         future = call.future
-        if not future.done():
-            if isinstance(reply, Exception):
+        if isinstance(reply, Exception):
+            if not future.done():
                 future.set_exception(reply)
-            else:
-                future.set_result(reply)
-        elif call.orphan is not None and not isinstance(reply, Exception):
+            return
+        if call.orphan is not None and (call.always or future.done()):
             orphaned(call.orphan, reply)
+        if not future.done():
+            future.set_result(reply)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -326,17 +329,20 @@ class Wire:
         args: Sequence[Arg] | Packed,
         orphan: Orphan | None = None,
         timeout: float | None = None,
+        always: bool = False,
     ) -> asyncio.Future[Any]:
         """Write one call now and return the future of its reply (requires ``ready``).
 
         After ``timeout`` seconds without a reply the future fails with redis-py's
-        ``TimeoutError`` (the reply, if it comes, goes to ``orphan``).
+        ``TimeoutError`` (the reply, if it comes, goes to ``orphan``). With ``always``,
+        ``orphan`` gets the reply even when somebody waits for it, as it arrives: one
+        loop turn before the waiter resumes.
         """
         connection = self._connection
         assert connection is not None
         assert not connection.lost
         count, tail = _tail(keys, args)
-        call = _Call(self.loop.create_future(), script, count, tail, orphan, timeout)
+        call = _Call(self.loop.create_future(), script, count, tail, orphan, timeout, always)
         connection.send(call)
         return call.future
 
@@ -346,13 +352,19 @@ class Wire:
         keys: Sequence[str],
         args: Sequence[Arg] | Packed,
         orphan: Orphan | None = None,
+        always: bool = False,
     ) -> Any:
-        """Run ``script`` and return its reply (see the module for ``orphan``)."""
+        """Run ``script`` and return its reply (see the module for ``orphan``, and
+        ``submit`` for ``always``)."""
         if not self.ready:
             await self._connect()
             if not self.supported:
-                return await script.run(self.client, keys, _values(args))
-        return await reply_of(self.submit(script, keys, args, orphan), orphan)
+                reply = await script.run(self.client, keys, _values(args))
+                if always and orphan is not None:
+                    orphaned(orphan, reply)
+                return reply
+        future = self.submit(script, keys, args, orphan, None, always)
+        return await reply_of(future, None if always else orphan)
 
     async def _connect(self) -> None:
         async with self._connecting:
@@ -454,21 +466,28 @@ class Wires:
         args: Sequence[Arg] | Packed,
         orphan: Orphan | None = None,
         timeout: float | None = None,
+        always: bool = False,
     ) -> Any:
         """Run ``script`` on the running loop's wire, or through redis-py when disabled.
 
         ``orphan`` is honoured on the wire only: callers that need it through
-        redis-py keep their own cancellation shield. ``timeout`` bounds the call
-        (connecting included): ``TimeoutError``, redis-py's or the builtin.
+        redis-py keep their own cancellation shield. With ``always`` it gets every
+        reply (see ``Wire.submit``), through redis-py too (after the await).
+        ``timeout`` bounds the call (connecting included): ``TimeoutError``,
+        redis-py's or the builtin.
         """
         if self.enabled:
             wire = self.wire()
             if wire.ready:  # the hot path: no timer of its own, one coroutine frame less
-                return await reply_of(wire.submit(script, keys, args, orphan, timeout), orphan)
-            pending = wire.call(script, keys, args, orphan)
+                future = wire.submit(script, keys, args, orphan, timeout, always)
+                return await reply_of(future, None if always else orphan)
+            pending = wire.call(script, keys, args, orphan, always)
         else:
             pending = script.run(self.client, keys, _values(args))
-        return await (pending if timeout is None else within(timeout, pending))
+        reply = await (pending if timeout is None else within(timeout, pending))
+        if always and orphan is not None and not self.enabled:
+            orphaned(orphan, reply)
+        return reply
 
     async def aclose(self) -> None:
         """Close the running loop's wire, if it has one."""

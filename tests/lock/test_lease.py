@@ -1,4 +1,7 @@
 import math
+import os
+import threading
+import warnings
 
 import pytest
 
@@ -9,6 +12,42 @@ def test_tokens_are_128_bit_and_unique() -> None:
     tokens = {new_token() for _ in range(10_000)}
     assert len(tokens) == 10_000
     assert all(len(t) == 32 for t in tokens)
+
+
+def test_threads_never_share_a_token() -> None:
+    # Tokens are read ahead in batches; many threads drain and refill the batch at once.
+    per_thread: list[list[str]] = [[] for _ in range(8)]
+    start = threading.Barrier(8)
+
+    def take(into: list[str]) -> None:
+        start.wait()
+        into.extend(new_token() for _ in range(5_000))
+
+    threads = [threading.Thread(target=take, args=(into,)) for into in per_thread]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len({t for tokens in per_thread for t in tokens}) == 8 * 5_000
+
+
+def test_a_forked_child_never_repeats_its_parents_tokens() -> None:
+    new_token()  # a batch is read ahead: the child must not inherit it
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: forking with threads
+        pid = os.fork()
+    if pid == 0:  # the child: send its tokens and leave at once
+        os.write(write, "".join(new_token() for _ in range(100)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child = pipe.read()
+    os.waitpid(pid, 0)
+    parent = "".join(new_token() for _ in range(100))
+    child_tokens = {child[i : i + 32] for i in range(0, len(child), 32)}
+    assert len(child_tokens) == 100
+    assert not child_tokens & {parent[i : i + 32] for i in range(0, len(parent), 32)}
 
 
 @pytest.mark.parametrize("ttl", [0, -1, math.nan, math.inf, 10**9])

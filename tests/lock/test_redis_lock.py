@@ -386,6 +386,21 @@ async def test_an_expired_holders_lock_goes_to_the_first_waiter(
 # -- riders: a task asking for a lock one of its own backend's tasks holds -------------------
 
 
+@pytest.fixture(params=["first waiter", "channel subscribed"])
+async def riding(
+    request: pytest.FixtureRequest, backend: RedisLockBackend
+) -> AsyncIterator[RedisLockBackend]:
+    """The backend, and how its riders ride: the first waiter of a resource goes through
+    the general flow (which subscribes to the channel); once other tasks listen, a rider
+    takes the short path (``_ride_acquire``). A listener that waits for nothing keeps
+    the channel subscribed for the second case."""
+    if request.param == "first waiter":
+        yield backend
+        return
+    async with backend._waker.listen(lock_keys("ride").channel, "spectator"):
+        yield backend
+
+
 async def test_riders_take_one_script_per_grant_in_fifo_order(
     redis_servers: RedisServers,
 ) -> None:
@@ -423,8 +438,9 @@ async def test_riders_take_one_script_per_grant_in_fifo_order(
 
 
 async def test_a_rider_goes_behind_a_waiter_queued_before_it(
-    backend: RedisLockBackend, redis_client: aioredis.Redis
+    riding: RedisLockBackend, redis_client: aioredis.Redis
 ) -> None:
+    backend = riding
     lock = Lock(backend, "ride", ttl=30, timeout=10)
     held = await lock.acquire()
     earlier = await _queue_raw_waiter(redis_client, "ride", "a" * 32)  # another process's
@@ -444,8 +460,9 @@ async def test_a_rider_goes_behind_a_waiter_queued_before_it(
 
 
 async def test_a_rider_whose_holder_never_releases_gets_the_lock_after_the_lease(
-    backend: RedisLockBackend, redis_client: aioredis.Redis
+    riding: RedisLockBackend, redis_client: aioredis.Redis
 ) -> None:
+    backend = riding
     lock = Lock(backend, "ride", ttl=0.3, timeout=10)
     await lock.acquire()  # and never released: the holder "hangs"
     started = time.monotonic()
@@ -455,8 +472,9 @@ async def test_a_rider_whose_holder_never_releases_gets_the_lock_after_the_lease
 
 
 async def test_a_rider_that_gives_up_leaves_nothing_behind(
-    backend: RedisLockBackend, redis_client: aioredis.Redis
+    riding: RedisLockBackend, redis_client: aioredis.Redis
 ) -> None:
+    backend = riding
     lock = Lock(backend, "ride", ttl=30)
     held = await lock.acquire()
     with pytest.raises(LockNotAcquired):
@@ -474,8 +492,9 @@ async def test_a_rider_that_gives_up_leaves_nothing_behind(
 
 
 async def test_riders_of_a_holder_that_lost_its_lease_try_for_themselves(
-    backend: RedisLockBackend, redis_client: aioredis.Redis
+    riding: RedisLockBackend, redis_client: aioredis.Redis
 ) -> None:
+    backend = riding
     lock = Lock(backend, "ride", ttl=30, timeout=10)
     held = await lock.acquire()
     rider = asyncio.create_task(lock.acquire())

@@ -160,7 +160,17 @@ class QueuedBackend(ABC):
 
     async def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
         """Acquire ``resource`` (see ``LockBackend.acquire``)."""
-        flow = acquire_flow(resource, ttl, timeout, self.clock, node=self.node)
+        return await self._acquire(resource, ttl, timeout)
+
+    async def _acquire(
+        self,
+        resource: str,
+        ttl: float,
+        timeout: float,
+        token: str | None = None,
+        began: float | None = None,
+    ) -> Lease:
+        flow = acquire_flow(resource, ttl, timeout, self.clock, token, self.node, began)
         step = next(flow)
         assert isinstance(step, Try)
         waiter, token = step.waiter, step.token

@@ -147,13 +147,18 @@ def acquire_flow(
     clock: Callable[[], float],
     token: str | None = None,
     node: str = "",
+    began: float | None = None,
 ) -> Generator[Step, Attempt | bool | int | None, Lease]:
-    """Acquire ``resource`` for ``ttl`` seconds, waiting up to ``timeout`` seconds."""
+    """Acquire ``resource`` for ``ttl`` seconds, waiting up to ``timeout`` seconds.
+
+    ``token`` and ``began`` continue an acquire that started elsewhere (a ride, see
+    ``RedisLockBackend``): the same waiter, and the deadline counted from ``began``.
+    """
     ttl_ms = check_ttl(ttl)
     timeout = check_timeout(timeout)
     token = token or new_token()
     waiter = waiter_id(token, ttl_ms, node) if timeout > 0 else ""
-    deadline = clock() + timeout
+    deadline = (clock() if began is None else began) + timeout
     listening = False
     while True:
         sent = clock()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import secrets
 import time
 from dataclasses import dataclass
@@ -36,9 +37,21 @@ class Lease:
         return self.deadline - (time.monotonic() if now is None else now)
 
 
+#: Tokens read ahead from the OS's CSPRNG, 256 per system call. ``list.pop`` is atomic,
+#: so threads never share one, and a forked child starts empty (it must not reuse the
+#: parent's).
+_tokens: list[str] = []
+os.register_at_fork(after_in_child=_tokens.clear)
+
+
 def new_token() -> str:
     """128 random bits, hex-encoded: unique per lease, never shared between tasks."""
-    return secrets.token_hex(16)
+    while True:
+        try:
+            return _tokens.pop()
+        except IndexError:
+            raw = secrets.token_hex(16 * 256)
+            _tokens.extend(raw[i : i + 32] for i in range(0, len(raw), 32))
 
 
 def _finite_seconds(name: str, value: float) -> float:

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import random
 import secrets
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,8 +27,9 @@ from .._errors import BackendUnavailable
 from .._keys import tagged
 from .._scripts import Script
 from .._wire import SyncWire, Wires, forget
-from ._backend import QueuedBackend, SyncQueuedBackend
-from ._flow import PLACE_MS, Attempt, Try, Wake, parse_wake
+from ._backend import QueuedBackend, SyncQueuedBackend, complete
+from ._flow import PLACE_MS, WAIT_CAP, Attempt, Try, Wake, parse_wake, waiter_id
+from ._lease import Lease, check_timeout, check_ttl, new_token
 from ._sync_waker import SyncWaker
 
 __all__ = ["RedisLockBackend", "SyncRedisLockBackend"]
@@ -198,6 +200,21 @@ class _Waker:
             del state.waiters[waiter]
             await self._drop_if_idle(channel, state)
 
+    def join(self, channel: str, waiter: str) -> _EventWaiter | None:
+        """Listen as ``listen`` does, if that costs no I/O (``channel`` is subscribed);
+        else None. ``part`` ends it."""
+        state = self._channels.get(channel)
+        if state is None or not state.subscribed.is_set():
+            return None
+        wake = state.waiters[waiter] = Wake(asyncio.Event())
+        return _EventWaiter(wake)
+
+    async def part(self, channel: str, waiter: str) -> None:
+        """Stop listening for ``waiter`` after ``join``."""
+        state = self._channels.get(channel)
+        if state is not None and state.waiters.pop(waiter, None) is not None:
+            await self._drop_if_idle(channel, state)
+
     def hand(self, channel: str, waiter: str, fence: int | None) -> None:
         """Tell a waiter of ours that it was handed the lock (before the message comes),
         or, with no fence, that it should try again."""
@@ -354,9 +371,10 @@ class RedisLockBackend(QueuedBackend):
         keys: Sequence[str],
         args: list[Any],
         orphan: Callable[[Any], object] | None = None,
+        always: bool = False,
     ) -> Any:
         try:
-            return await self._wires.call(script, keys, args, orphan, self.timeout)
+            return await self._wires.call(script, keys, args, orphan, self.timeout, always)
         except UNAVAILABLE as exc:
             raise _unavailable(exc, self.timeout) from exc
 
@@ -386,6 +404,50 @@ class RedisLockBackend(QueuedBackend):
         if step.waiter not in held.riders:
             held.riders.append(step.waiter)
         return Attempt(False, pttl_ms=int(left * 1000))
+
+    async def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
+        """Acquire ``resource`` (see ``LockBackend.acquire``)."""
+        if resource in self._held and timeout:
+            return await self._ride_acquire(resource, ttl, timeout)
+        return await self._acquire(resource, ttl, timeout)
+
+    async def _ride_acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
+        """Wait for a lock one of our tasks holds without the general flow's machinery.
+
+        The first step of a contended acquire, cut short: ride on the holder's release
+        (``_ride``) and wait for the hand-over. Whenever that does not apply, or the wait
+        ends without the lock, the general flow goes on with the same waiter.
+        """
+        began = self.clock()
+        ttl_ms = check_ttl(ttl)
+        timeout = check_timeout(timeout)
+        token = new_token()
+        waiter = waiter_id(token, ttl_ms, self.node)
+        channel = lock_keys(resource).channel
+        # Only while other waiters keep the channel subscribed: a release by another
+        # client that hands us the lock tells us there.
+        wake = self._waker.join(channel, waiter)
+        if wake is None:
+            return await self._acquire(resource, ttl, timeout, token, began)
+        try:
+            ridden = self._ride(resource, Try(token, ttl_ms, waiter, PLACE_MS))
+            if ridden is None:
+                await self._waker.part(channel, waiter)
+                return await self._acquire(resource, ttl, timeout, token, began)
+            hint = ridden.pttl_ms / 1000 * random.uniform(1.0, 1.1)
+            fence = await wake.wait(min(timeout, hint, WAIT_CAP))
+        except BaseException:
+            # Queued by a release perhaps (or handed the lock as we left): leave as
+            # every waiter does, which hands the lock on if it was ours.
+            await self._waker.part(channel, waiter)
+            with contextlib.suppress(Exception):
+                await complete(self._leave(resource, waiter))
+            raise
+        await self._waker.part(channel, waiter)
+        if fence is not None:
+            # Handed over after our ride began, so the lease counts from then.
+            return Lease(resource, token, fence, began + ttl_ms / 1000, ttl_ms / 1000)
+        return await self._acquire(resource, ttl, timeout, token, began)
 
     def _holds(self, resource: str, token: str, ttl_ms: int, since: float) -> None:
         """Record (or renew) ``token``'s hold on ``resource``, keeping its riders."""
@@ -439,8 +501,8 @@ class RedisLockBackend(QueuedBackend):
 
         def handed(reply: Any) -> None:
             # Handed to the next waiter, which we tell if it is ours (a waiter of another
-            # client hears it on the channel). Done even if our caller stopped waiting,
-            # so our waiter is not left to its bounded wait.
+            # client hears it on the channel). Done as the reply arrives, even if our
+            # caller stopped waiting, so our waiter is not left to its bounded wait.
             if (to := handed_to(reply)) is not None:
                 waiter, fence = to
                 next_token, ttl_ms, node = waiter.rsplit(":", 2)
@@ -453,11 +515,10 @@ class RedisLockBackend(QueuedBackend):
         retried = not self._wires.direct()
         keys, args = release_call(resource, token, self.node, retried, riders)
         try:
-            reply = await self._call(RELEASE, keys, args, handed)
+            reply = await self._call(RELEASE, keys, args, handed, always=True)
         except BaseException:
             self._unride(resource, riders)  # queued or not: trying again is safe
             raise
-        handed(reply)
         return bool(reply)
 
     async def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:
