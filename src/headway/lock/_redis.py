@@ -429,13 +429,11 @@ class RedisLockBackend(QueuedBackend):
         wake = self._waker.join(channel, waiter)
         if wake is None:
             return await self._acquire(resource, ttl, timeout, token, began)
+        fence = None
         try:
-            ridden = self._ride(resource, Try(token, ttl_ms, waiter, PLACE_MS))
-            if ridden is None:
-                await self._waker.part(channel, waiter)
-                return await self._acquire(resource, ttl, timeout, token, began)
-            hint = ridden.pttl_ms / 1000 * random.uniform(1.0, 1.1)
-            fence = await wake.wait(min(timeout, hint, WAIT_CAP))
+            if (ridden := self._ride(resource, Try(token, ttl_ms, waiter, PLACE_MS))) is not None:
+                hint = ridden.pttl_ms / 1000 * random.uniform(1.0, 1.1)
+                fence = await wake.wait(min(timeout, hint, WAIT_CAP))
         except BaseException:
             # Queued by a release perhaps (or handed the lock as we left): leave as
             # every waiter does, which hands the lock on if it was ours.
