@@ -1,0 +1,66 @@
+"""One process of ``test_mixed_contention.py``: several tasks on one lock, one backend.
+
+Each task runs critical sections on the resource: mark itself inside (``INCR``),
+read the shared counter, yield, write it back plus one, log the lease's fence,
+leave (``DECR``), release. Tasks of this process ride on each other's releases;
+other processes' tasks queue in Redis, so both kinds of hand-over happen. Prints
+one JSON line: sections per task, the most holders ever seen inside, and how
+the acquires went (``rides``: taken on the rider's short path).
+
+Usage: python -m tests.lock.mixed_worker REDIS_URL RESOURCE TASKS SECTIONS
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+from redis import asyncio as aioredis
+
+from headway import Lock, RedisLockBackend
+
+
+async def main(url: str, resource: str, tasks: int, sections: int) -> None:
+    client = aioredis.Redis.from_url(url)
+    backend = RedisLockBackend(client)
+    counts = {"rides": 0, "general": 0}
+    ride, general = backend._ride_acquire, backend._acquire
+
+    async def counted_ride(*args: object) -> object:
+        counts["rides"] += 1
+        return await ride(*args)  # type: ignore[arg-type]
+
+    async def counted_general(*args: object) -> object:
+        counts["general"] += 1
+        return await general(*args)  # type: ignore[arg-type]
+
+    backend._ride_acquire = counted_ride  # type: ignore[method-assign,assignment]
+    backend._acquire = counted_general  # type: ignore[method-assign,assignment]
+    lock = Lock(backend, resource, ttl=10, timeout=30)
+    done = [0] * tasks
+    crowd = 0
+
+    async def task(n: int) -> None:
+        nonlocal crowd
+        for _ in range(sections):
+            lease = await lock.acquire()
+            inside = await client.incr(f"{resource}:inside")
+            crowd = max(crowd, inside)
+            value = int(await client.get(f"{resource}:counter") or 0)
+            await asyncio.sleep(0)  # the others ask meanwhile: they ride or queue
+            await client.set(f"{resource}:counter", value + 1)
+            await client.rpush(f"{resource}:fences", lease.fence)
+            await client.decr(f"{resource}:inside")
+            done[n] += 1
+            await lock.release(lease)
+
+    await asyncio.gather(*(task(n) for n in range(tasks)))
+    await backend.aclose()
+    await client.aclose()
+    print(json.dumps({"done": done, "crowd": crowd, **counts}))
+
+
+if __name__ == "__main__":
+    url, resource, tasks, sections = sys.argv[1:5]
+    asyncio.run(main(url, resource, int(tasks), int(sections)))
