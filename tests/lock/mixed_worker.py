@@ -1,13 +1,14 @@
-"""One process of ``test_mixed_contention.py``: several tasks on one lock, one backend.
+"""One process of ``test_mixed_contention.py``: several tasks (or threads) on one lock.
 
 Each task runs critical sections on the resource: mark itself inside (``INCR``),
 read the shared counter, yield, write it back plus one, log the lease's fence,
 leave (``DECR``), release. Tasks of this process ride on each other's releases;
 other processes' tasks queue in Redis, so both kinds of hand-over happen. Prints
 one JSON line: sections per task, the most holders ever seen inside, and how
-the acquires went (``rides``: taken on the rider's short path).
+the acquires went (async: ``rides`` on the rider's short path, ``general`` through
+the flow; sync: ``rides``, attempts that rode, and ``general``, acquires).
 
-Usage: python -m tests.lock.mixed_worker REDIS_URL RESOURCE TASKS SECTIONS
+Usage: python -m tests.lock.mixed_worker async|sync REDIS_URL RESOURCE TASKS SECTIONS
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import threading
+from typing import Any
 
+import redis
 from redis import asyncio as aioredis
 
-from headway import Lock, RedisLockBackend
+from headway import Lock, RedisLockBackend, SyncLock, SyncRedisLockBackend
 
 
 async def main(url: str, resource: str, tasks: int, sections: int) -> None:
@@ -61,6 +65,51 @@ async def main(url: str, resource: str, tasks: int, sections: int) -> None:
     print(json.dumps({"done": done, "crowd": crowd, **counts}))
 
 
+def main_sync(url: str, resource: str, threads: int, sections: int) -> None:
+    client = redis.Redis.from_url(url)
+    backend = SyncRedisLockBackend(client)
+    counts = {"rides": 0, "general": 0}
+    ride, guard = backend._ride, threading.Lock()
+
+    def counted_ride(*args: Any) -> Any:
+        ridden = ride(*args)
+        with guard:
+            counts["rides"] += ridden is not None
+        return ridden
+
+    backend._ride = counted_ride  # type: ignore[method-assign,assignment]
+    lock = SyncLock(backend, resource, ttl=10, timeout=30)
+    done = [0] * threads
+    crowd = 0
+
+    def thread(n: int) -> None:
+        nonlocal crowd
+        for _ in range(sections):
+            lease = lock.acquire()
+            with guard:
+                counts["general"] += 1
+            inside = int(client.incr(f"{resource}:inside"))
+            crowd = max(crowd, inside)
+            value = int(client.get(f"{resource}:counter") or 0)
+            client.set(f"{resource}:counter", value + 1)
+            client.rpush(f"{resource}:fences", lease.fence)
+            client.decr(f"{resource}:inside")
+            done[n] += 1
+            lock.release(lease)
+
+    workers = [threading.Thread(target=thread, args=(n,)) for n in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    backend.close()
+    client.close()
+    print(json.dumps({"done": done, "crowd": crowd, **counts}))
+
+
 if __name__ == "__main__":
-    url, resource, tasks, sections = sys.argv[1:5]
-    asyncio.run(main(url, resource, int(tasks), int(sections)))
+    mode, url, resource, tasks, sections = sys.argv[1:6]
+    if mode == "sync":
+        main_sync(url, resource, int(tasks), int(sections))
+    else:
+        asyncio.run(main(url, resource, int(tasks), int(sections)))

@@ -14,6 +14,7 @@ import functools
 import logging
 import random
 import secrets
+import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -557,6 +558,23 @@ class RedisLockBackend(QueuedBackend):
         await self._wires.aclose()
 
 
+@dataclass(slots=True)
+class _SyncHeld:
+    """A lease one of our threads holds (or was handed), as far as this backend knows."""
+
+    token: str
+    deadline: float  # the backend's clock, never later than the lease's end
+    riders: list[str] = field(default_factory=list)  # waiter ids its release will queue
+
+
+@dataclass(slots=True)
+class _Taken:
+    """The riders a release in flight queues, and those of them that gave up meanwhile."""
+
+    riders: list[str]
+    gone: list[str] = field(default_factory=list)
+
+
 class SyncRedisLockBackend(SyncQueuedBackend):
     """The synchronous Redis backend (``redis.Redis`` or ``redis.cluster.RedisCluster``).
 
@@ -564,6 +582,12 @@ class SyncRedisLockBackend(SyncQueuedBackend):
     itself (``_wire.SyncWire``), one per thread in a call; ``direct=False``, or
     a Cluster client, sends every call through redis-py. The client's socket
     timeout bounds every round trip.
+
+    On those sockets a thread that asks for a lock one of our own threads holds
+    rides on the holder's release, as in ``RedisLockBackend``. Threads share no
+    socket, so a rider that gives up while the release that queues it is in
+    flight leaves through the releasing thread, after that release: never ahead
+    of it.
     """
 
     name = "redis"
@@ -582,6 +606,10 @@ class SyncRedisLockBackend(SyncQueuedBackend):
         self._wire = SyncWire(client, direct)
         self._waker = SyncWaker(client, timeout, UNAVAILABLE)
         self.node = secrets.token_hex(4)
+        # Guards _held and _taken; never held while calling Redis or the waker.
+        self._mutex = threading.Lock()
+        self._held: dict[str, _SyncHeld] = {}
+        self._taken: dict[str, list[_Taken]] = {}
 
     @classmethod
     def from_url(
@@ -598,24 +626,135 @@ class SyncRedisLockBackend(SyncQueuedBackend):
         except UNAVAILABLE as exc:
             raise _unavailable(exc, self.timeout) from exc
 
+    def _unride(self, resource: str, riders: Sequence[str]) -> None:
+        """Tell ``riders`` that no release queued them: each tries for itself."""
+        channel = lock_keys(resource).channel
+        for rider in riders:
+            self._waker.hand(channel, rider, None)
+
+    def _ride(self, resource: str, step: Try) -> Attempt | None:
+        """Queue ``step``'s waiter on our holder's release (see ``RedisLockBackend._ride``)."""
+        if not step.waiter or not self._wire.enabled:
+            return None
+        over: list[str] = []
+        with self._mutex:
+            held = self._held.get(resource)
+            if held is None or held.token == step.token:
+                return None
+            left = held.deadline - self.clock()
+            if left >= _RIDE_MARGIN:
+                if step.waiter not in held.riders:
+                    held.riders.append(step.waiter)
+                return Attempt(False, pttl_ms=int(left * 1000))
+            # Over, as far as we know: its riders try for themselves.
+            del self._held[resource]
+            over = [r for r in held.riders if r != step.waiter]
+        self._unride(resource, over)
+        return None
+
+    def _holds(self, resource: str, token: str, ttl_ms: int, since: float) -> list[str]:
+        """Record ``token``'s hold (mutex held); returns riders of a hold it replaces."""
+        held = self._held.get(resource)
+        if held is not None and held.token == token:
+            held.deadline = since + ttl_ms / 1000
+            return []
+        self._held[resource] = _SyncHeld(token, since + ttl_ms / 1000)
+        return held.riders if held is not None else []
+
     def _try(self, resource: str, step: Try) -> Attempt:
+        if (ridden := self._ride(resource, step)) is not None:
+            return ridden
         keys, args = acquire_call(resource, step)
-        return Attempt.from_reply(self._call(lambda: self._wire.call(ACQUIRE, keys, args)))
+        sent = self.clock()
+        attempt = Attempt.from_reply(self._call(lambda: self._wire.call(ACQUIRE, keys, args)))
+        if attempt.granted and self._wire.enabled:
+            with self._mutex:
+                replaced = self._holds(resource, step.token, step.ttl_ms, sent)
+            self._unride(resource, replaced)
+        return attempt
 
     def _release(self, resource: str, token: str) -> bool:
-        keys, args = release_call(resource, token, self.node, retried=not self._wire.enabled)
-        reply = self._call(lambda: self._wire.call(RELEASE, keys, args))
-        if (to := handed_to(reply)) is not None:  # if the waiter is one of ours, tell it
-            self._waker.hand(lock_keys(resource).channel, *to)
+        taken: _Taken | None = None
+        with self._mutex:
+            held = self._held.get(resource)
+            if held is not None and held.token == token:
+                del self._held[resource]
+                if held.riders:
+                    taken = _Taken(held.riders)
+                    self._taken.setdefault(resource, []).append(taken)
+        riders = taken.riders if taken is not None else []
+        sent = self.clock()  # the handed lease starts after this
+        keys, args = release_call(resource, token, self.node, not self._wire.enabled, riders)
+        reply: Any = None
+        try:
+            reply = self._call(lambda: self._wire.call(RELEASE, keys, args))
+        finally:
+            self._released(resource, taken, reply, sent)
         return bool(reply)
+
+    def _released(self, resource: str, taken: _Taken | None, reply: Any, sent: float) -> None:
+        """After a release (``reply`` None if it failed): tell the waiters what became of them."""
+        to = handed_to(reply)
+        unride: list[str] = []
+        with self._mutex:
+            gone = taken.gone if taken is not None else []
+            if taken is not None:
+                self._taken[resource].remove(taken)
+                if not self._taken[resource]:
+                    del self._taken[resource]
+                if not reply:  # failed, or the lease had ended: it queued nobody
+                    unride = [r for r in taken.riders if r not in gone]
+            if to is not None and to[0] not in gone:
+                next_token, ttl_ms, node = to[0].rsplit(":", 2)
+                if node == self.node and self._wire.enabled:
+                    unride += self._holds(resource, next_token, int(ttl_ms), sent)
+        channel = lock_keys(resource).channel
+        if to is not None and to[0] not in gone:  # if the waiter is one of ours, tell it
+            self._waker.hand(channel, *to)
+        self._unride(resource, unride)
+        for waiter in gone:  # after the release that queued them: never ahead of it
+            with contextlib.suppress(BackendUnavailable):
+                self._send_leave(resource, waiter)
+
+    def _leave(self, resource: str, waiter: str) -> None:
+        unride: list[str] = []
+        with self._mutex:
+            for taken in self._taken.get(resource, ()):
+                if waiter in taken.riders:
+                    # A release in flight queues it: its thread sends our leave after it.
+                    taken.gone.append(waiter)
+                    return
+            held = self._held.get(resource)
+            if held is not None:
+                if waiter in held.riders:
+                    held.riders.remove(waiter)  # an earlier release may have queued it
+                elif waiter.startswith(held.token + ":"):
+                    # Handed the lock as it left: the script releases it and hands it on
+                    # in Redis, without our riders, who try for themselves.
+                    del self._held[resource]
+                    unride = held.riders
+        self._unride(resource, unride)
+        self._send_leave(resource, waiter)
+
+    def _send_leave(self, resource: str, waiter: str) -> None:
+        keys, args = leave_call(resource, waiter)
+        self._call(lambda: self._wire.call(LEAVE, keys, args))
 
     def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:
         keys = lock_keys(resource).extend
-        return bool(self._call(lambda: self._wire.call(EXTEND, keys, [token, ttl_ms])))
-
-    def _leave(self, resource: str, waiter: str) -> None:
-        keys, args = leave_call(resource, waiter)
-        self._call(lambda: self._wire.call(LEAVE, keys, args))
+        sent = self.clock()
+        extended = bool(self._call(lambda: self._wire.call(EXTEND, keys, [token, ttl_ms])))
+        unride: list[str] = []
+        with self._mutex:
+            held = self._held.get(resource)
+            if held is not None and held.token == token:
+                if extended:
+                    held.deadline = sent + ttl_ms / 1000
+                else:
+                    del self._held[resource]
+                    unride = held.riders
+        self._unride(resource, unride)
+        return extended
 
     def _listen(self, resource: str, waiter: str) -> contextlib.AbstractContextManager[Any]:
         return self._waker.listen(lock_keys(resource).channel, waiter)

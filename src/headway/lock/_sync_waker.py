@@ -96,8 +96,9 @@ class SyncWaker:
                 del state.waiters[waiter]
                 self._drop_if_idle(channel, state)
 
-    def hand(self, channel: str, waiter: str, fence: int) -> None:
-        """Tell a waiter of ours that it was handed the lock (no message comes for it)."""
+    def hand(self, channel: str, waiter: str, fence: int | None) -> None:
+        """Tell a waiter of ours that it was handed the lock (no message comes for it),
+        or, with no fence, that it should try again."""
         with self._lock:
             state = self._channels.get(channel)
             wake = state.waiters.get(waiter) if state is not None else None
