@@ -325,7 +325,10 @@ def test_a_sync_rider_that_gives_up_during_the_release_leaves_after_it(
 
     rider = threading.Thread(target=ride)
     rider.start()
-    time.sleep(0.1)  # it rides on `held`
+    deadline = time.monotonic() + 5
+    while not sync_backend._held["ride"].riders:  # until it rides on `held`
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
     releaser = threading.Thread(target=lock.release, args=(held,))
     releaser.start()
     assert in_flight.wait(5)
@@ -498,6 +501,13 @@ async def riding(
         yield backend
 
 
+async def _ridden(backend: RedisLockBackend, resource: str = "ride") -> None:
+    """Return once a task rides on our holder of ``resource`` (bounded)."""
+    async with asyncio.timeout(5):
+        while not backend._held[resource].riders:
+            await asyncio.sleep(0.001)
+
+
 async def test_riders_take_one_script_per_grant_in_fifo_order(
     redis_servers: RedisServers,
 ) -> None:
@@ -542,7 +552,7 @@ async def test_a_rider_goes_behind_a_waiter_queued_before_it(
     held = await lock.acquire()
     earlier = await _queue_raw_waiter(redis_client, "ride", "a" * 32)  # another process's
     rider = asyncio.create_task(lock.acquire())
-    await asyncio.sleep(0.05)
+    await _ridden(backend)
     assert not rider.done()
     k = lock_keys("ride")
     assert await redis_client.zrange(k.queue, 0, -1) == [earlier.encode()]  # not queued yet
@@ -577,7 +587,7 @@ async def test_a_rider_that_gives_up_leaves_nothing_behind(
     with pytest.raises(LockNotAcquired):
         await lock.acquire(timeout=0.2)  # rides, times out before any release
     cancelled = asyncio.create_task(lock.acquire(timeout=10))
-    await asyncio.sleep(0.05)
+    await _ridden(backend)
     cancelled.cancel()
     with pytest.raises(asyncio.CancelledError):
         await cancelled
@@ -595,7 +605,7 @@ async def test_riders_of_a_holder_that_lost_its_lease_try_for_themselves(
     lock = Lock(backend, "ride", ttl=30, timeout=10)
     held = await lock.acquire()
     rider = asyncio.create_task(lock.acquire())
-    await asyncio.sleep(0.05)
+    await _ridden(backend)
     k = lock_keys("ride")
     await redis_client.set(k.owner, "somebody-else", px=300)  # our lease is gone
     with pytest.raises(LockNotOwned):
