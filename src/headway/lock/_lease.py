@@ -41,7 +41,8 @@ class Lease:
 #: so threads never share one, and a forked child starts empty (it must not reuse the
 #: parent's).
 _tokens: list[str] = []
-os.register_at_fork(after_in_child=_tokens.clear)
+if hasattr(os, "register_at_fork"):  # POSIX; Windows has no fork
+    os.register_at_fork(after_in_child=_tokens.clear)
 
 
 def new_token() -> str:
