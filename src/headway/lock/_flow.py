@@ -32,6 +32,7 @@ __all__ = [
     "Wait",
     "Wake",
     "acquire_flow",
+    "parse_waiter",
     "parse_wake",
     "waiter_id",
 ]
@@ -51,6 +52,12 @@ def waiter_id(token: str, ttl_ms: int, node: str = "") -> str:
     and the client it waits in (``node``; a release from that client tells it directly).
     """
     return f"{token}:{ttl_ms}:{node}"
+
+
+def parse_waiter(waiter: str) -> tuple[str, int, str]:
+    """The token, TTL (ms) and node of a waiter id (``waiter_id``'s inverse)."""
+    token, ttl_ms, node = waiter.rsplit(":", 2)
+    return token, int(ttl_ms), node
 
 
 class _Settable(Protocol):

@@ -29,7 +29,7 @@ from .._keys import tagged
 from .._scripts import Script
 from .._wire import SyncWire, Wires, forget
 from ._backend import QueuedBackend, SyncQueuedBackend, complete
-from ._flow import PLACE_MS, WAIT_CAP, Attempt, Try, Wake, parse_wake, waiter_id
+from ._flow import PLACE_MS, WAIT_CAP, Attempt, Try, Wake, parse_waiter, parse_wake, waiter_id
 from ._lease import Lease, check_timeout, check_ttl, new_token
 from ._sync_waker import SyncWaker
 
@@ -308,12 +308,19 @@ class _Waker:
 
 @dataclass(slots=True)
 class _Held:
-    """A lease one of our tasks holds (or was handed), as far as this backend knows."""
+    """A lease one of our tasks or threads holds (or was handed), as far as the backend knows."""
 
     token: str
-    deadline: float  # loop time, never later than the lease's end
-    loop: asyncio.AbstractEventLoop
+    deadline: float  # loop time (async) or the backend's clock, never later than the lease's end
+    loop: asyncio.AbstractEventLoop | None = None  # the holder's (async only)
     riders: list[str] = field(default_factory=list)  # waiter ids its release will queue
+
+
+def _unride(waker: _Waker | SyncWaker, resource: str, riders: Sequence[str]) -> None:
+    """Tell ``riders`` that no release queued them: each tries for itself."""
+    channel = lock_keys(resource).channel
+    for rider in riders:
+        waker.hand(channel, rider, None)
 
 
 #: A task rides on a holder's release only if that lease has this long left (s).
@@ -467,11 +474,8 @@ class RedisLockBackend(QueuedBackend):
         del self._held[resource]
         return held.riders
 
-    def _unride(self, resource: str, riders: list[str]) -> None:
-        """Tell ``riders`` that no release queued them: each tries for itself."""
-        channel = lock_keys(resource).channel
-        for rider in riders:
-            self._waker.hand(channel, rider, None)
+    def _unride(self, resource: str, riders: Sequence[str]) -> None:
+        _unride(self._waker, resource, riders)
 
     async def _try(self, resource: str, step: Try) -> Attempt:
         if (ridden := self._ride(resource, step)) is not None:
@@ -504,9 +508,9 @@ class RedisLockBackend(QueuedBackend):
             # caller stopped waiting, so our waiter is not left to its bounded wait.
             if (to := handed_to(reply)) is not None:
                 waiter, fence = to
-                next_token, ttl_ms, node = waiter.rsplit(":", 2)
+                next_token, ttl_ms, node = parse_waiter(waiter)
                 if node == self.node:
-                    self._holds(resource, next_token, int(ttl_ms), sent)
+                    self._holds(resource, next_token, ttl_ms, sent)
                 self._waker.hand(channel, waiter, fence)
             elif not reply:  # the lease had ended: the release queued nobody
                 self._unride(resource, riders)
@@ -559,15 +563,6 @@ class RedisLockBackend(QueuedBackend):
 
 
 @dataclass(slots=True)
-class _SyncHeld:
-    """A lease one of our threads holds (or was handed), as far as this backend knows."""
-
-    token: str
-    deadline: float  # the backend's clock, never later than the lease's end
-    riders: list[str] = field(default_factory=list)  # waiter ids its release will queue
-
-
-@dataclass(slots=True)
 class _Taken:
     """The riders a release in flight queues, and those of them that gave up meanwhile."""
 
@@ -608,7 +603,7 @@ class SyncRedisLockBackend(SyncQueuedBackend):
         self.node = secrets.token_hex(4)
         # Guards _held and _taken; never held while calling Redis or the waker.
         self._mutex = threading.Lock()
-        self._held: dict[str, _SyncHeld] = {}
+        self._held: dict[str, _Held] = {}
         self._taken: dict[str, list[_Taken]] = {}
 
     @classmethod
@@ -627,10 +622,7 @@ class SyncRedisLockBackend(SyncQueuedBackend):
             raise _unavailable(exc, self.timeout) from exc
 
     def _unride(self, resource: str, riders: Sequence[str]) -> None:
-        """Tell ``riders`` that no release queued them: each tries for itself."""
-        channel = lock_keys(resource).channel
-        for rider in riders:
-            self._waker.hand(channel, rider, None)
+        _unride(self._waker, resource, riders)
 
     def _ride(self, resource: str, step: Try) -> Attempt | None:
         """Queue ``step``'s waiter on our holder's release (see ``RedisLockBackend._ride``)."""
@@ -658,7 +650,7 @@ class SyncRedisLockBackend(SyncQueuedBackend):
         if held is not None and held.token == token:
             held.deadline = since + ttl_ms / 1000
             return []
-        self._held[resource] = _SyncHeld(token, since + ttl_ms / 1000)
+        self._held[resource] = _Held(token, since + ttl_ms / 1000)
         return held.riders if held is not None else []
 
     def _try(self, resource: str, step: Try) -> Attempt:
@@ -705,9 +697,9 @@ class SyncRedisLockBackend(SyncQueuedBackend):
                 if not reply:  # failed, or the lease had ended: it queued nobody
                     unride = [r for r in taken.riders if r not in gone]
             if to is not None and to[0] not in gone:
-                next_token, ttl_ms, node = to[0].rsplit(":", 2)
+                next_token, ttl_ms, node = parse_waiter(to[0])
                 if node == self.node and self._wire.enabled:
-                    unride += self._holds(resource, next_token, int(ttl_ms), sent)
+                    unride += self._holds(resource, next_token, ttl_ms, sent)
         channel = lock_keys(resource).channel
         if to is not None and to[0] not in gone:  # if the waiter is one of ours, tell it
             self._waker.hand(channel, *to)
