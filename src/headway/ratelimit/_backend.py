@@ -122,6 +122,5 @@ def decide_call(
 ) -> tuple[list[str], list[int | str]]:
     """Keys and arguments of ``rl_decide.lua``."""
     policies = PolicySet.of(policies)
-    base = tag_base("rl", key)
-    keys = [base + suffix for suffix in policies.stored]
-    return keys, ["" if now_us is None else now_us, cost, 1 if peek else 0, *policies.flat]
+    head = ["" if now_us is None else now_us, cost, 1 if peek else 0]
+    return state_keys(key, policies), [*head, *policies.flat]
