@@ -46,7 +46,7 @@ from redis import exceptions as redis_errors
 from ._clock import within
 from ._scripts import Arg, Script
 
-__all__ = ["Packed", "SyncWire", "Wire", "Wires", "forget", "pack", "reply_of"]
+__all__ = ["Packed", "SyncWire", "Wire", "Wires", "forget", "pack", "pack_keys", "reply_of"]
 
 log = logging.getLogger("headway")
 
@@ -100,19 +100,26 @@ def _packed_keys(keys: tuple[str, ...]) -> bytes:
     return b"".join([_bulk(len(keys)), *map(_bulk, keys)])
 
 
-def _tail(keys: Sequence[str], args: Sequence[Arg] | Packed) -> tuple[int, bytes]:
+def pack_keys(keys: Sequence[str]) -> Packed:
+    """Pack script keys that many calls share (``Wire.submit`` takes them as they are)."""
+    return Packed(tuple(keys), _packed_keys.__wrapped__(tuple(keys)))
+
+
+def _tail(keys: Sequence[str] | Packed, args: Sequence[Arg] | Packed) -> tuple[int, bytes]:
     """The part of an EVAL/EVALSHA after the script: (element count, packed bytes).
 
     Keys given as a tuple are packed once and remembered (a lock's keys are the
-    same on every call); a list is packed afresh. ``args`` may come packed.
+    same on every call); a list is packed afresh. Either may come packed.
     """
-    if isinstance(keys, tuple):
-        packed = _packed_keys(keys)
+    if isinstance(keys, Packed):
+        count, packed = len(keys.values), keys.data
+    elif isinstance(keys, tuple):
+        count, packed = len(keys), _packed_keys(keys)
     else:
-        packed = _packed_keys.__wrapped__(tuple(keys))
+        count, packed = len(keys), _packed_keys.__wrapped__(tuple(keys))
     if isinstance(args, Packed):
-        return 1 + len(keys) + len(args.values), packed + args.data
-    return 1 + len(keys) + len(args), b"".join([packed, *map(_bulk, args)])
+        return 1 + count + len(args.values), packed + args.data
+    return 1 + count + len(args), b"".join([packed, *map(_bulk, args)])
 
 
 class _Call:
@@ -325,7 +332,7 @@ class Wire:
     def submit(
         self,
         script: Script,
-        keys: Sequence[str],
+        keys: Sequence[str] | Packed,
         args: Sequence[Arg] | Packed,
         orphan: Orphan | None = None,
         timeout: float | None = None,

@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from ._model import Verdict
 from ._policies import Policy
 
-__all__ = ["Decision", "PolicyDecision", "Source", "decision_from", "fallback"]
+__all__ = [
+    "Decision",
+    "PolicyDecision",
+    "Source",
+    "decision_from",
+    "decision_from_reply",
+    "fallback",
+]
 
 
 class Source(enum.Enum):
@@ -159,6 +166,20 @@ def decision_from(verdict: Verdict, policies: Sequence[Policy]) -> Decision:
         chosen.policy,
         parts,
     )
+
+
+def decision_from_reply(reply: Sequence[int], policies: Sequence[Policy]) -> Decision:
+    """``decision_from(Verdict.from_reply(reply), policies)``, one policy's without the verdict."""
+    if len(reply) == 5 and len(policies) == 1:  # [allowed, ok, remaining, reset_us, retry_us]
+        policy = policies[0]
+        allowed, ok, remaining, reset_us, retry_us = map(int, reply)
+        reset, retry = reset_us / 1e6, retry_us / 1e6
+        parts: tuple[PolicyDecision, ...] = (_part(policy, ok == 1, remaining, reset, retry),)
+        return _decision(
+            allowed == 1, policy.limit, remaining, reset, retry if allowed != 1 else 0.0,
+            policy, parts,
+        )  # fmt: skip
+    return decision_from(Verdict.from_reply(reply), policies)
 
 
 def fallback(policies: Sequence[Policy], retry_after: float) -> Decision:

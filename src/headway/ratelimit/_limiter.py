@@ -11,15 +11,27 @@ import random
 import time
 from collections.abc import Sequence
 
+from redis import exceptions as redis_errors
+
 from .._clock import Clock, MonotonicClock
 from .._errors import BackendUnavailable
 from ._backend import RateLimitBackend, SyncRateLimitBackend
 from ._core import BlockedCache, Budget, check_cost, check_policies, check_seconds
-from ._decision import Decision, decision_from, fallback
+from ._decision import Decision, decision_from, decision_from_reply, fallback
 from ._memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
 from ._policies import Policy
+from ._redis import RedisRateLimitBackend
 
 __all__ = ["RateLimiter", "SyncRateLimiter"]
+
+#: A backend that failed or ran out of budget; on the Redis fast path, its connection lost
+#: or the call's timeout passed.
+_FAILED = (
+    BackendUnavailable,
+    TimeoutError,
+    redis_errors.ConnectionError,
+    redis_errors.TimeoutError,
+)
 
 
 def _pause(decision: Decision, deadline: float, now: float) -> float | None:
@@ -95,17 +107,24 @@ class RateLimiter(_Shell):
             return cached
         sent = 0.0 if self.cache is None else self.clock()
         backend = self.backend
-        deciding = backend.decide(key, self.policies, cost, peek)
         try:
-            if type(backend) is MemoryRateLimitBackend:
-                verdict = await deciding  # it never suspends: no budget can run out
+            if type(backend) is RedisRateLimitBackend and (
+                (reply := backend.submit(key, self.policies, cost, peek, self.budget)) is not None
+            ):
+                # Written at once: await the reply itself (the budget is the call's timeout),
+                # not a stack of coroutines around it.
+                decision = decision_from_reply(await reply, self.policies)
             else:
-                if self._budget.seconds != self.budget:  # changed since: follow it
-                    self._budget = Budget(self.budget)
-                verdict = await self._budget.run(deciding)
-        except (BackendUnavailable, TimeoutError):
+                deciding = backend.decide(key, self.policies, cost, peek)
+                if type(backend) is MemoryRateLimitBackend:
+                    verdict = await deciding  # it never suspends: no budget can run out
+                else:
+                    if self._budget.seconds != self.budget:  # changed since: follow it
+                        self._budget = Budget(self.budget)
+                    verdict = await self._budget.run(deciding)
+                decision = decision_from(verdict, self.policies)
+        except _FAILED:
             return self._failed()
-        decision = decision_from(verdict, self.policies)
         if self.cache is not None and not decision.allowed:
             self.cache.put(key, cost, decision, sent)
         return decision

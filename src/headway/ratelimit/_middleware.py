@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 
 from .._clock import Clock
 from .._http import ASGIApp, Message, Receive, Scope, Send, send_response
@@ -132,10 +132,11 @@ class RateLimitMiddleware:
 def _with_headers(send: Send, extra: list[tuple[bytes, bytes]], kind: str) -> Send:
     start = "http.response.start" if kind == "http" else "websocket.accept"
 
-    async def wrapped(message: Message) -> None:
+    # Not a coroutine: it hands back the server's awaitable (one frame less per message).
+    def wrapped(message: Message) -> Awaitable[None]:
         if message["type"] == start:
             message = {**message, "headers": [*message.get("headers", ()), *extra]}
-        await send(message)
+        return send(message)
 
     return wrapped
 

@@ -227,6 +227,7 @@ class PolicySet(tuple[Policy, ...]):
     stored: tuple[str, ...]
     kinds: tuple[int, ...]  # the algorithms used, sorted, once each
     packed: dict[tuple[int, bool], Any]  # the Redis backend's packed arguments, per cost
+    packed_keys: dict[str, Any]  # the Redis backend's packed state keys, per limited key
 
     def __new__(cls, policies: Iterable[Policy]) -> PolicySet:
         self = super().__new__(cls, policies)
@@ -242,6 +243,7 @@ class PolicySet(tuple[Policy, ...]):
             self.stored = logs if len(logs) == len(parts) else (joined, *logs)
         self.kinds = tuple(sorted({p.kind for p in self}))
         self.packed = {}
+        self.packed_keys = {}
         return self
 
     @classmethod

@@ -9,6 +9,7 @@ Concurrency slots are one EVALSHA per acquire, release or renewal.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,7 +18,7 @@ from redis import asyncio as aioredis
 
 from .._errors import BackendUnavailable
 from .._scripts import Script
-from .._wire import Packed, SyncWire, Wires, forget, pack
+from .._wire import Packed, SyncWire, Wires, forget, pack, pack_keys
 from ..lock._redis import UNAVAILABLE
 from ._backend import decide_call, state_keys
 from ._model import Verdict
@@ -58,6 +59,16 @@ def _packed_args(policies: PolicySet, cost: int, peek: bool) -> Packed:
         if len(cache) >= 64:  # costs vary little; a caller that varies them a lot pays packing
             cache.clear()
         packed = cache[cost, peek] = pack(decide_call("", policies, cost, peek, None)[1])
+    return packed
+
+
+def _packed_keys(key: str, policies: PolicySet) -> Packed:
+    cache = policies.packed_keys
+    packed = cache.get(key)
+    if packed is None:
+        if len(cache) >= 4096:  # a flood of distinct keys re-packs; a hot set stays packed
+            cache.clear()
+        packed = cache[key] = pack_keys(state_keys(key, policies))
     return packed
 
 
@@ -115,6 +126,23 @@ class RedisRateLimitBackend:
         except UNAVAILABLE as exc:
             raise _unavailable(exc) from exc
         return Verdict.from_reply(reply)
+
+    def submit(
+        self, key: str, policies: PolicySet, cost: int, peek: bool, timeout: float
+    ) -> asyncio.Future[Any] | None:
+        """Write a decision now and return the future of ``rl_decide.lua``'s reply.
+
+        The limiter's hot path (``Verdict.from_reply`` parses the reply): no coroutine
+        of its own, the budget is the call's ``timeout`` (redis-py's ``TimeoutError``).
+        None when the call cannot be written at once (no connection yet, or calls go
+        through redis-py): use ``decide``.
+        """
+        wire = self._wires.ready()
+        if wire is None:
+            return None
+        script = _DECIDE.get(policies.kinds) or decide_script(policies)
+        args = _packed_args(policies, cost, peek)
+        return wire.submit(script, _packed_keys(key, policies), args, None, timeout)
 
     async def aclose(self) -> None:
         """Return headway's connection to the client's pool (the client stays the caller's)."""
