@@ -21,6 +21,7 @@ HUGE = 500_000  # per hour: never reached by a run (and exact for every algorith
 #: name -> what it is (the README's table)
 SUBJECTS = {
     "bare": "the app alone",
+    "one decision": "the app whose endpoint awaits one RateLimiter.hit: a decision, in situ",
     "headway middleware": "RateLimitMiddleware, FixedWindow, per client address",
     "headway, in memory": "the same middleware on the in-memory backend: its own cost, no Redis",
     "headway decorator": "@rate_limit on the endpoint, FixedWindow",
@@ -36,6 +37,27 @@ async def ping() -> dict[str, bool]:
 def bare(url: str) -> FastAPI:
     app = FastAPI()
     app.get("/ping")(ping)
+    return app
+
+
+def one_decision(url: str) -> FastAPI:
+    """The bare app whose endpoint first awaits one limiter decision (no middleware).
+
+    What a decision costs where the middleware makes it: inside a request, between
+    the server's work (the floor's tight loop of lone decisions runs hotter).
+    """
+    from headway.ratelimit import FixedWindow, RateLimiter, RedisRateLimitBackend
+
+    limiter = RateLimiter(
+        FixedWindow(HUGE, 3600.0), backend=RedisRateLimitBackend(aioredis.Redis.from_url(url))
+    )
+
+    async def decided() -> dict[str, bool]:
+        await limiter.hit("127.0.0.1")
+        return {"ok": True}
+
+    app = FastAPI()
+    app.get("/ping")(decided)
     return app
 
 
@@ -109,6 +131,7 @@ def fastapi_limiter(url: str) -> FastAPI:
 
 BUILDERS = {
     "bare": bare,
+    "one decision": one_decision,
     "headway middleware": headway_middleware,
     "headway, in memory": headway_in_memory,
     "headway decorator": headway_decorator,

@@ -3,8 +3,8 @@
     uv run python benchmarks/middleware_bench.py [--quick] [--url redis://HOST:PORT/DB]
 
 Without ``--url`` it starts a private redis-server on a free loopback port. For
-each subject of ``_mw_apps`` (the bare app, headway's middleware and decorator,
-slowapi, fastapi-limiter), every request admitted:
+each subject of ``_mw_apps`` (the bare app, the bare app making one decision,
+headway's middleware and decorator, slowapi, fastapi-limiter), every request admitted:
 
 1. in-process: GET /ping straight through the ASGI app (no HTTP client, so the
    timings hold the app and the limiter, not a client library): latency
@@ -16,9 +16,12 @@ slowapi, fastapi-limiter), every request admitted:
    pure-Python stack (h11, asyncio loop) and what ``uvicorn[standard]`` (and so
    ``fastapi[standard]``) runs by default (httptools, uvloop).
 
-"Added" latencies subtract the bare app's. The floor is one ``RateLimiter.hit``
-on the same Redis: what one limiter decision costs. Rounds alternate the
-order of the subjects, so a machine whose load drifts skews them alike.
+"Added" latencies subtract the bare app's. "one decision" is the bare app whose
+endpoint awaits one ``RateLimiter.hit`` on the same Redis: what a limiter decision
+costs inside a request, which the latency target compares the middleware with
+(a decision timed alone in a tight loop, also printed, runs hotter than one made
+between a server's requests). Rounds alternate the order of the subjects, so a
+machine whose load drifts skews them alike.
 """
 
 from __future__ import annotations
@@ -288,8 +291,9 @@ def us(seconds: float) -> str:
 
 def report(floor_: Samples, results: dict[str, dict[str, Samples]], config: Config) -> str:
     lines = [
-        f"One limiter decision (RateLimiter.hit, FixedWindow, same Redis): "
-        f"p50 {us(floor_.p50())} µs, p99 {us(floor_.p99())} µs",
+        f"One limiter decision timed alone in a tight loop (RateLimiter.hit, FixedWindow, "
+        f"same Redis): p50 {us(floor_.p50())} µs, p99 {us(floor_.p99())} µs. The targets use "
+        f"the 'one decision' row: the same decision made inside a request.",
         "",
     ]
     titles = {
@@ -319,12 +323,15 @@ def report(floor_: Samples, results: dict[str, dict[str, Samples]], config: Conf
             )
         headway = results[where]["headway middleware"]
         slow = results[where]["slowapi"]
-        added_p50, budget = headway.p50() - base.p50(), floor_.p50() + 50e-6
+        added_p50 = headway.p50() - base.p50()
+        decision = results[where]["one decision"].p50() - base.p50()
+        budget = decision + 50e-6
         ratio = headway.rate() / slow.rate()
         lines += [
             "",
-            f"Targets ({where}): added p50 {us(added_p50)} µs vs one decision + 50 µs = "
-            f"{us(budget)} µs -> {'met' if added_p50 <= budget else 'MISSED'}; "
+            f"Targets ({where}): added p50 {us(added_p50)} µs vs one decision in situ "
+            f"({us(decision)} µs) + 50 µs = {us(budget)} µs -> "
+            f"{'met' if added_p50 <= budget else 'MISSED'}; "
             f"throughput {ratio:.2f}x slowapi's -> {'met' if ratio >= 2 else 'MISSED'}",
             "",
         ]
