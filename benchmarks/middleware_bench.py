@@ -62,7 +62,7 @@ class Config:
     tasks: int = 16
 
 
-FULL = Config(rounds=3, sequential=2000, concurrent=4000)
+FULL = Config(rounds=5, sequential=2000, concurrent=4000)
 QUICK = Config(rounds=1, sequential=300, concurrent=600, warmup=50)
 
 
