@@ -62,7 +62,7 @@ def _packed_args(policies: PolicySet, cost: int, peek: bool) -> Packed:
     return packed
 
 
-def _packed_keys(key: str, policies: PolicySet) -> Packed:
+def _packed_state_keys(key: str, policies: PolicySet) -> Packed:
     cache = policies.packed_keys
     packed = cache.get(key)
     if packed is None:
@@ -132,7 +132,7 @@ class RedisRateLimitBackend:
     ) -> asyncio.Future[Any] | None:
         """Write a decision now and return the future of ``rl_decide.lua``'s reply.
 
-        The limiter's hot path (``Verdict.from_reply`` parses the reply): no coroutine
+        The limiter's hot path (``decision_from_reply`` reads the reply): no coroutine
         of its own, the budget is the call's ``timeout`` (redis-py's ``TimeoutError``).
         None when the call cannot be written at once (no connection yet, or calls go
         through redis-py): use ``decide``.
@@ -142,7 +142,7 @@ class RedisRateLimitBackend:
             return None
         script = _DECIDE.get(policies.kinds) or decide_script(policies)
         args = _packed_args(policies, cost, peek)
-        return wire.submit(script, _packed_keys(key, policies), args, None, timeout)
+        return wire.submit(script, _packed_state_keys(key, policies), args, None, timeout)
 
     async def aclose(self) -> None:
         """Return headway's connection to the client's pool (the client stays the caller's)."""
