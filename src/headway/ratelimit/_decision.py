@@ -135,18 +135,23 @@ def _decision(
     return decision
 
 
+def _one(
+    policy: Policy, allowed: bool, ok: bool, remaining: int, reset_us: int, retry_us: int
+) -> Decision:
+    """One policy's decision: it is the chosen one."""
+    reset, retry = reset_us / 1e6, retry_us / 1e6
+    parts = (_part(policy, ok, remaining, reset, retry),)
+    return _decision(
+        allowed, policy.limit, remaining, reset, 0.0 if allowed else retry, policy, parts
+    )
+
+
 def decision_from(verdict: Verdict, policies: Sequence[Policy]) -> Decision:
     """Turn a backend's verdict into a decision."""
     outcomes = verdict.outcomes
     allowed = verdict.allowed
-    if len(outcomes) == 1 and len(policies) == 1:  # one policy: it is the chosen one
-        policy = policies[0]
-        ok, remaining, reset_us, retry_us = outcomes[0]
-        reset, retry = reset_us / 1e6, retry_us / 1e6
-        parts: tuple[PolicyDecision, ...] = (_part(policy, ok, remaining, reset, retry),)
-        return _decision(
-            allowed, policy.limit, remaining, reset, 0.0 if allowed else retry, policy, parts
-        )
+    if len(outcomes) == 1 and len(policies) == 1:
+        return _one(policies[0], allowed, *outcomes[0])
     parts = tuple(
         [
             _part(p, ok, remaining, reset_us / 1e6, retry_us / 1e6)
@@ -171,14 +176,8 @@ def decision_from(verdict: Verdict, policies: Sequence[Policy]) -> Decision:
 def decision_from_reply(reply: Sequence[int], policies: Sequence[Policy]) -> Decision:
     """``decision_from(Verdict.from_reply(reply), policies)``, one policy's without the verdict."""
     if len(reply) == 5 and len(policies) == 1:  # [allowed, ok, remaining, reset_us, retry_us]
-        policy = policies[0]
-        allowed, ok, remaining, reset_us, retry_us = map(int, reply)
-        reset, retry = reset_us / 1e6, retry_us / 1e6
-        parts: tuple[PolicyDecision, ...] = (_part(policy, ok == 1, remaining, reset, retry),)
-        return _decision(
-            allowed == 1, policy.limit, remaining, reset, retry if allowed != 1 else 0.0,
-            policy, parts,
-        )  # fmt: skip
+        allowed, ok, remaining, reset_us, retry_us = reply  # integers, as hiredis reads them
+        return _one(policies[0], allowed == 1, ok == 1, remaining, reset_us, retry_us)
     return decision_from(Verdict.from_reply(reply), policies)
 
 
