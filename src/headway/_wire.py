@@ -102,7 +102,8 @@ def _packed_keys(keys: tuple[str, ...]) -> bytes:
 
 def pack_keys(keys: Sequence[str]) -> Packed:
     """Pack script keys that many calls share (``Wire.submit`` takes them as they are)."""
-    return Packed(tuple(keys), _packed_keys.__wrapped__(tuple(keys)))
+    values = tuple(keys)
+    return Packed(values, _packed_keys.__wrapped__(values))
 
 
 def _tail(keys: Sequence[str] | Packed, args: Sequence[Arg] | Packed) -> tuple[int, bytes]:

@@ -52,24 +52,26 @@ def decide_script(policies: Sequence[Policy]) -> Script:
     return script
 
 
-def _packed_args(policies: PolicySet, cost: int, peek: bool) -> Packed:
-    cache = policies.packed
-    packed = cache.get((cost, peek))
-    if packed is None:
-        if len(cache) >= 64:  # costs vary little; a caller that varies them a lot pays packing
-            cache.clear()
-        packed = cache[cost, peek] = pack(decide_call("", policies, cost, peek, None)[1])
+def _kept(cache: dict[Any, Packed], key: Any, packed: Packed, bound: int) -> Packed:
+    """Remember ``packed`` under ``key``, starting afresh once ``bound`` entries are kept."""
+    if len(cache) >= bound:
+        cache.clear()
+    cache[key] = packed
     return packed
+
+
+def _packed_args(policies: PolicySet, cost: int, peek: bool) -> Packed:
+    # Costs vary little; a caller that varies them a lot pays packing.
+    return policies.packed.get((cost, peek)) or _kept(
+        policies.packed, (cost, peek), pack(decide_call("", policies, cost, peek, None)[1]), 64
+    )
 
 
 def _packed_state_keys(key: str, policies: PolicySet) -> Packed:
-    cache = policies.packed_keys
-    packed = cache.get(key)
-    if packed is None:
-        if len(cache) >= 4096:  # a flood of distinct keys re-packs; a hot set stays packed
-            cache.clear()
-        packed = cache[key] = pack_keys(state_keys(key, policies))
-    return packed
+    # A flood of distinct keys re-packs; a hot set stays packed.
+    return policies.packed_keys.get(key) or _kept(
+        policies.packed_keys, key, pack_keys(state_keys(key, policies)), 4096
+    )
 
 
 def _unavailable(exc: BaseException) -> BackendUnavailable:
