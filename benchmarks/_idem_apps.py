@@ -42,8 +42,7 @@ def bare() -> FastAPI:
 
 
 def headway(engine: AsyncEngine, redis_client: aioredis.Redis) -> Any:
-    from headway.idempotency import IdempotencyMiddleware, RecordStore
-    from headway.lock import RedisLockBackend
+    from headway import IdempotencyMiddleware, RecordStore, RedisLockBackend
 
     return IdempotencyMiddleware(
         bare(), store=RecordStore(engine), lock_backend=RedisLockBackend(redis_client)

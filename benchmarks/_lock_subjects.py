@@ -20,8 +20,8 @@ from redis import asyncio as aioredis
 from redis.exceptions import NoScriptError
 
 import headway
-from headway._scripts import Script
-from headway._wire import Wires
+from headway._redis.scripts import Script
+from headway._redis.wire import Wires
 
 TTL = 10
 WAIT = 60.0

@@ -46,7 +46,7 @@ def one_decision(url: str) -> FastAPI:
     What a decision costs where the middleware makes it: inside a request, between
     the server's work (the floor's tight loop of lone decisions runs hotter).
     """
-    from headway.ratelimit import FixedWindow, RateLimiter, RedisRateLimitBackend
+    from headway import FixedWindow, RateLimiter, RedisRateLimitBackend
 
     limiter = RateLimiter(
         FixedWindow(HUGE, 3600.0), backend=RedisRateLimitBackend(aioredis.Redis.from_url(url))
@@ -62,7 +62,7 @@ def one_decision(url: str) -> FastAPI:
 
 
 def headway_middleware(url: str) -> FastAPI:
-    from headway.ratelimit import FixedWindow, RateLimitMiddleware, RedisRateLimitBackend, Rule
+    from headway import FixedWindow, RateLimitMiddleware, RedisRateLimitBackend, Rule
 
     app = bare(url)
     backend = RedisRateLimitBackend(aioredis.Redis.from_url(url))
@@ -73,7 +73,7 @@ def headway_middleware(url: str) -> FastAPI:
 
 
 def headway_in_memory(url: str) -> FastAPI:
-    from headway.ratelimit import FixedWindow, RateLimitMiddleware, Rule
+    from headway import FixedWindow, RateLimitMiddleware, Rule
 
     app = bare(url)
     app.add_middleware(RateLimitMiddleware, rules=[Rule(FixedWindow(HUGE, 3600.0))])
@@ -81,7 +81,7 @@ def headway_in_memory(url: str) -> FastAPI:
 
 
 def headway_decorator(url: str) -> FastAPI:
-    from headway.ratelimit import FixedWindow, RedisRateLimitBackend, rate_limit
+    from headway import FixedWindow, RedisRateLimitBackend, rate_limit
 
     app = FastAPI()
     backend = RedisRateLimitBackend(aioredis.Redis.from_url(url))

@@ -32,8 +32,9 @@ from _stats import Samples
 from redis import asyncio as aioredis
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from headway import _wire
-from headway.idempotency import RecordStore, records
+from headway import RecordStore
+from headway._redis import wire as _wire
+from headway.idempotency.table import records
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.servers import private_redis

@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _stats import Samples
 from tests.servers import free_port, private_redis
 
-from headway.ratelimit import FixedWindow, RateLimiter, RedisRateLimitBackend
+from headway import FixedWindow, RateLimiter, RedisRateLimitBackend
 
 HERE = Path(__file__).resolve().parent
 

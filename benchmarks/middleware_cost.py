@@ -32,7 +32,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from headway.ratelimit import FixedWindow, RateLimiter, RateLimitMiddleware, Rule, rate_limit
+from headway import FixedWindow, RateLimiter, RateLimitMiddleware, Rule, rate_limit
 
 HUGE = 500_000  # per hour: never reached
 
@@ -164,7 +164,7 @@ def instructions(n: int) -> dict[str, float]:
 async def redis_turns(url: str) -> dict[str, float]:
     from redis import asyncio as aioredis
 
-    from headway.ratelimit import RedisRateLimitBackend
+    from headway import RedisRateLimitBackend
 
     client = aioredis.Redis.from_url(url)
     backend = RedisRateLimitBackend(client)

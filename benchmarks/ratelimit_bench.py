@@ -29,9 +29,7 @@ from typing import Any
 
 from redis import asyncio as aioredis
 
-from headway._scripts import Script
-from headway._wire import Wires
-from headway.ratelimit import (
+from headway import (
     FixedWindow,
     LeakyBucket,
     RateLimiter,
@@ -41,7 +39,9 @@ from headway.ratelimit import (
     Source,
     TokenBucket,
 )
-from headway.ratelimit._policies import Policy
+from headway._redis.scripts import Script
+from headway._redis.wire import Wires
+from headway.ratelimit.policies import Policy
 
 Decide = Callable[[str], Awaitable[bool]]
 Close = Callable[[], Awaitable[None]]
@@ -86,7 +86,7 @@ async def floor(scenario: Scenario, client: aioredis.Redis, url: str) -> tuple[D
 
 
 async def wire_floor(scenario: Scenario, client: aioredis.Redis, url: str) -> tuple[Decide, Close]:
-    """The same EVALSHA on the pipelined connection headway drives (``headway._wire``)."""
+    """The same EVALSHA on the pipelined connection headway drives (``headway._redis.wire``)."""
     wires = Wires(client)
     noop = Script.from_source("noop", "return 1")
 

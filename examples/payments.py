@@ -27,12 +27,13 @@ from starlette.routing import Route
 from starlette.types import Scope
 
 import headway
-from headway.idempotency import IdempotencyMiddleware, RecordStore
-from headway.ratelimit import (
+from headway import (
     ClientAddress,
+    IdempotencyMiddleware,
     MemoryRateLimitBackend,
     RateLimitBackend,
     RateLimitMiddleware,
+    RecordStore,
     RedisRateLimitBackend,
     Rule,
     SlidingLog,

@@ -2,8 +2,8 @@
 
 from importlib.metadata import version as _version
 
-from ._clock import FakeClock, MonotonicClock
-from ._errors import (
+from headway._clock import FakeClock, MonotonicClock
+from headway._errors import (
     BackendUnavailable,
     ConcurrencyLimitExceeded,
     HeadwayError,
@@ -12,58 +12,42 @@ from ._errors import (
     LockNotAcquired,
     LockNotOwned,
 )
-from .idempotency import IdempotencyMiddleware, RecordStore, idempotent
-from .lock import (
-    Lease,
-    Lock,
-    LockBackend,
-    MemoryLockBackend,
-    PostgresLockBackend,
-    RedisLockBackend,
-    RedlockBackend,
-    SyncLock,
-    SyncLockBackend,
-    SyncRedisLockBackend,
-    fenced_update,
-    fenced_update_statement,
-    fenced_update_sync,
-)
-from .ratelimit import (
-    Admission,
-    ApiKey,
-    AuthenticatedUser,
-    ClientAddress,
-    Concurrency,
+from headway.idempotency.middleware import IdempotencyMiddleware, idempotent
+from headway.idempotency.store import RecordStore
+from headway.lock.backend import LockBackend, SyncLockBackend
+from headway.lock.backends.memory import MemoryLockBackend
+from headway.lock.backends.postgres import PostgresLockBackend
+from headway.lock.backends.redis.backend import RedisLockBackend, SyncRedisLockBackend
+from headway.lock.backends.redlock import RedlockBackend
+from headway.lock.fencing import fenced_update, fenced_update_statement, fenced_update_sync
+from headway.lock.lease import Lease
+from headway.lock.lock import Lock, SyncLock
+from headway.ratelimit.backends.contract import (
     ConcurrencyBackend,
-    ConcurrencyLimiter,
-    Decision,
-    DecisionHook,
-    FixedWindow,
-    Identity,
-    LeakyBucket,
-    MemoryRateLimitBackend,
-    Policy,
-    PolicyDecision,
     RateLimitBackend,
-    RateLimitDecorator,
-    RateLimiter,
-    RateLimitEvent,
-    RateLimitMiddleware,
-    RedisRateLimitBackend,
-    Rule,
+    SyncConcurrencyBackend,
+    SyncRateLimitBackend,
+)
+from headway.ratelimit.backends.memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
+from headway.ratelimit.backends.redis import RedisRateLimitBackend, SyncRedisRateLimitBackend
+from headway.ratelimit.concurrency import ConcurrencyLimiter, SyncConcurrencyLimiter
+from headway.ratelimit.decision import Decision, PolicyDecision, Source
+from headway.ratelimit.http.decorator import RateLimitDecorator, rate_limit
+from headway.ratelimit.http.guard import DecisionHook, RateLimitEvent
+from headway.ratelimit.http.identity import ApiKey, AuthenticatedUser, ClientAddress, Identity
+from headway.ratelimit.http.middleware import RateLimitMiddleware
+from headway.ratelimit.http.rules import Rule
+from headway.ratelimit.limiter import RateLimiter, SyncRateLimiter
+from headway.ratelimit.policies import (
+    Concurrency,
+    FixedWindow,
+    LeakyBucket,
+    Policy,
     SlidingCounter,
     SlidingLog,
-    Slot,
-    Source,
-    SyncConcurrencyBackend,
-    SyncConcurrencyLimiter,
-    SyncMemoryRateLimitBackend,
-    SyncRateLimitBackend,
-    SyncRateLimiter,
-    SyncRedisRateLimitBackend,
     TokenBucket,
-    rate_limit,
 )
+from headway.ratelimit.slots import Admission, Slot
 
 __version__ = _version("headway")
 

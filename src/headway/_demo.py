@@ -11,9 +11,12 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import StaticPool
 
-from ._demo_ratelimit import ratelimit_scene
-from ._http import ASGIApp, Message, Receive, Scope, Send, send_response
-from .lock import Lease, Lock, MemoryLockBackend, fenced_update
+from headway._demo_ratelimit import ratelimit_scene
+from headway._http import ASGIApp, Message, Receive, Scope, Send, send_response
+from headway.lock.backends.memory import MemoryLockBackend
+from headway.lock.fencing import fenced_update
+from headway.lock.lease import Lease
+from headway.lock.lock import Lock
 
 Say = Callable[[str], None]
 
@@ -108,7 +111,8 @@ async def _call(app: ASGIApp, body: bytes, key: str) -> tuple[int, dict[str, str
 
 async def idempotency_scene(say: Say) -> None:
     """A retry replayed, a concurrent duplicate refused, a reused key rejected."""
-    from .idempotency import IdempotencyMiddleware, RecordStore
+    from headway.idempotency.middleware import IdempotencyMiddleware
+    from headway.idempotency.store import RecordStore
 
     say("== idempotency: POST /payments on SQLite and the in-memory lock ==")
     charges: list[int] = []

@@ -16,9 +16,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ._clock import FakeClock
-from ._http import ASGIApp, Message
-from .ratelimit import FixedWindow, MemoryRateLimitBackend, RateLimitMiddleware, Rule, TokenBucket
+from headway._clock import FakeClock
+from headway._http import ASGIApp, Message
+from headway.ratelimit.backends.memory import MemoryRateLimitBackend
+from headway.ratelimit.http.middleware import RateLimitMiddleware
+from headway.ratelimit.http.rules import Rule
+from headway.ratelimit.policies import FixedWindow, TokenBucket
 
 Say = Callable[[str], None]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .ratelimit._slots import Admission
+    from headway.ratelimit.slots import Admission
 
 __all__ = [
     "BackendUnavailable",

@@ -7,7 +7,7 @@ import asyncio
 import os
 from collections.abc import Sequence
 
-from . import __version__, _demo, _migrations
+from headway import __version__, _demo, _migrations
 
 
 def _url(given: str | None) -> str:
@@ -15,7 +15,7 @@ def _url(given: str | None) -> str:
 
 
 async def _purge(url: str, batch_size: int) -> int:
-    from .idempotency import RecordStore
+    from headway.idempotency.store import RecordStore
 
     store = RecordStore.from_url(url, create_table=False)
     try:

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from headway.idempotency import IdempotencyMiddleware
+from headway import IdempotencyMiddleware
 
 
 class Bank:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from headway.idempotency import RecordStore, metadata, records
+from headway import RecordStore
+from headway.idempotency.table import metadata, records
 
 DATABASES = [
     "sqlite",

@@ -13,8 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from headway.idempotency import IdempotencyMiddleware, RecordStore
-from headway.lock import RedisLockBackend
+from headway import IdempotencyMiddleware, RecordStore, RedisLockBackend
 
 EFFECTS = os.environ["HEADWAY_TEST_EFFECTS"]
 

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from redis import asyncio as aioredis
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from headway.idempotency import RecordStore, metadata, records
-from headway.lock import MemoryLockBackend, RedisLockBackend
+from headway import MemoryLockBackend, RecordStore, RedisLockBackend
+from headway.idempotency.table import metadata, records
 
 from .apps import Bank, make_app
 from .proxy import Proxy

@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from headway.idempotency import IdempotencyMiddleware, RecordStore, idempotent
+from headway import IdempotencyMiddleware, RecordStore, idempotent
 
 from .test_middleware import connect
 

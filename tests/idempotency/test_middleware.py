@@ -6,8 +6,8 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from headway.idempotency import RecordStore, records
-from headway.lock import MemoryLockBackend
+from headway import MemoryLockBackend, RecordStore
+from headway.idempotency.table import records
 
 from .apps import Bank, make_app
 

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from headway import _migrations
 from headway.cli import main
-from headway.idempotency import metadata
+from headway.idempotency.table import metadata
 
 TABLE = "headway_idempotency_records"
 VERSION_TABLE = "headway_alembic_version"

@@ -20,10 +20,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from headway import (
+    FixedWindow,
+    IdempotencyMiddleware,
+    MemoryLockBackend,
+    MemoryRateLimitBackend,
+    RateLimitMiddleware,
+    RecordStore,
+    Rule,
+)
 from headway._clock import FakeClock
-from headway.idempotency import IdempotencyMiddleware, RecordStore
-from headway.lock import MemoryLockBackend
-from headway.ratelimit import FixedWindow, MemoryRateLimitBackend, RateLimitMiddleware, Rule
 
 pytestmark = pytest.mark.anyio
 

@@ -1,6 +1,6 @@
 import pytest
 
-from headway.idempotency._request import InvalidKey, parse_key
+from headway.idempotency.request import InvalidKey, parse_key
 
 
 @pytest.mark.parametrize(

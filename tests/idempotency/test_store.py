@@ -4,9 +4,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from headway import BackendUnavailable
-from headway.idempotency import Claim, ClaimOutcome, RecordStore, Status, StoredResponse, records
-from headway.idempotency._table import db_now
+from headway import BackendUnavailable, RecordStore
+from headway.idempotency.store import Claim, ClaimOutcome, StoredResponse
+from headway.idempotency.table import Status, db_now, records
 
 pytestmark = pytest.mark.anyio
 

@@ -28,8 +28,8 @@ from redis import asyncio as aioredis
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from headway import Lock, LockBackend, LockNotOwned, RedisLockBackend
-from headway.lock._fencing import fenced_update
-from headway.lock._postgres import PostgresLockBackend
+from headway.lock.backends.postgres import PostgresLockBackend
+from headway.lock.fencing import fenced_update
 
 
 def tables(name: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from headway.lock._backend import complete
+from headway.lock.backend import complete
 
 pytestmark = pytest.mark.anyio
 

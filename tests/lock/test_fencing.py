@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 
-from headway.lock._fencing import fenced_update, fenced_update_statement, fenced_update_sync
+from headway.lock.fencing import fenced_update, fenced_update_statement, fenced_update_sync
 
 pytestmark = pytest.mark.anyio
 

@@ -21,9 +21,9 @@ import pytest
 from redis import asyncio as aioredis
 
 import headway
-from headway.lock import _flow
-from headway.lock._backend import AsyncWaiter, QueuedBackend, SyncWaiter
-from headway.lock._flow import Attempt, Try
+from headway.lock import flow as _flow
+from headway.lock.backend import AsyncWaiter, QueuedBackend, SyncWaiter
+from headway.lock.flow import Attempt, Try
 
 GUARD = 10.0  # seconds; only reached when a wake-up is lost
 

@@ -5,7 +5,7 @@ import warnings
 
 import pytest
 
-from headway.lock._lease import Lease, check_timeout, check_ttl, new_token
+from headway.lock.lease import Lease, check_timeout, check_ttl, new_token
 
 
 def test_tokens_are_128_bit_and_unique() -> None:

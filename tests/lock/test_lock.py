@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from headway import Lease, Lock, LockBackend, LockLost, LockNotAcquired, LockNotOwned
-from headway.lock import _flow
-from headway.lock._flow import Try
-from headway.lock._lease import new_token
+from headway.lock import flow as _flow
+from headway.lock.flow import Try
+from headway.lock.lease import new_token
 
 pytestmark = pytest.mark.anyio
 

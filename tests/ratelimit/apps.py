@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from headway.ratelimit import RateLimitMiddleware
+from headway import RateLimitMiddleware
 
 AppFactory = Callable[..., Any]
 Calls = collections.Counter[str]

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import pytest
 from redis import asyncio as aioredis
 
-from headway.ratelimit import (
+from headway import (
     ConcurrencyBackend,
     MemoryRateLimitBackend,
     RateLimitBackend,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from headway.ratelimit import FixedWindow, LeakyBucket, SlidingCounter, SlidingLog, TokenBucket
-from headway.ratelimit._policies import Policy
+from headway import FixedWindow, LeakyBucket, SlidingCounter, SlidingLog, TokenBucket
+from headway.ratelimit.policies import Policy
 
 # Around 2024 in server microseconds: big enough to exercise Lua's doubles.
 EPOCH_US = 1_700_000_000_000_000

@@ -9,7 +9,7 @@ import pytest
 from redis import asyncio as aioredis
 from redis.cluster import RedisCluster
 
-from headway.ratelimit import (
+from headway import (
     Concurrency,
     ConcurrencyLimiter,
     RateLimiter,

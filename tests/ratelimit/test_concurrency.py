@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Sequence
 import pytest
 from redis import asyncio as aioredis
 
-from headway.ratelimit import (
+from headway import (
     FixedWindow,
     LeakyBucket,
     RateLimiter,
@@ -18,7 +18,7 @@ from headway.ratelimit import (
     SyncMemoryRateLimitBackend,
     TokenBucket,
 )
-from headway.ratelimit._policies import Policy
+from headway.ratelimit.policies import Policy
 from tests.ratelimit.strategies import EPOCH_US
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]

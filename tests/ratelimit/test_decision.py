@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from headway.ratelimit._decision import decision_from, decision_from_reply
-from headway.ratelimit._model import Verdict
-from headway.ratelimit._policies import Policy, PolicySet
+from headway.ratelimit.decision import decision_from, decision_from_reply
+from headway.ratelimit.model import Verdict
+from headway.ratelimit.policies import Policy, PolicySet
 from tests.ratelimit.strategies import policy_sets
 
 # One policy's part of ``rl_decide.lua``'s reply: ok, remaining, reset_us, retry_us.

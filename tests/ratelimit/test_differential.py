@@ -14,8 +14,8 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from headway.ratelimit import SyncMemoryRateLimitBackend, SyncRedisRateLimitBackend
-from headway.ratelimit._policies import Policy
+from headway import SyncMemoryRateLimitBackend, SyncRedisRateLimitBackend
+from headway.ratelimit.policies import Policy
 from tests.ratelimit.strategies import ALGORITHMS, EPOCH_US, policy_sets, steps
 
 pytestmark = pytest.mark.redis

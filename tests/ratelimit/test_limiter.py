@@ -7,8 +7,7 @@ from collections.abc import Awaitable
 
 import pytest
 
-from headway._clock import within
-from headway.ratelimit import (
+from headway import (
     Decision,
     FixedWindow,
     LeakyBucket,
@@ -19,8 +18,9 @@ from headway.ratelimit import (
     SyncRateLimiter,
     TokenBucket,
 )
-from headway.ratelimit._core import Budget
-from headway.ratelimit._policies import Policy
+from headway._clock import within
+from headway.ratelimit.core import Budget
+from headway.ratelimit.policies import Policy
 from tests.ratelimit.conftest import BackendFactory
 
 pytestmark = pytest.mark.anyio

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 from redis import asyncio as aioredis
 
-from headway.ratelimit import (
+from headway import (
     FixedWindow,
     LeakyBucket,
     RateLimiter,
@@ -22,8 +22,8 @@ from headway.ratelimit import (
     SyncRedisRateLimitBackend,
     TokenBucket,
 )
-from headway.ratelimit._backend import state_keys
-from headway.ratelimit._policies import OnError, Policy
+from headway.ratelimit.backends.contract import state_keys
+from headway.ratelimit.policies import OnError, Policy
 from tests.servers import Server, free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]

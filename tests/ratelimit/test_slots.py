@@ -8,16 +8,16 @@ import contextlib
 import pytest
 from redis import asyncio as aioredis
 
-from headway import LockNotOwned
-from headway._errors import ConcurrencyLimitExceeded
-from headway.ratelimit import (
+from headway import (
     Concurrency,
     ConcurrencyBackend,
     ConcurrencyLimiter,
+    LockNotOwned,
     RedisRateLimitBackend,
     Source,
 )
-from headway.ratelimit._slots import slot_key
+from headway._errors import ConcurrencyLimitExceeded
+from headway.ratelimit.slots import slot_key
 
 pytestmark = pytest.mark.anyio
 

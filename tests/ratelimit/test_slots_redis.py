@@ -8,9 +8,7 @@ import pytest
 import redis
 from redis import asyncio as aioredis
 
-from headway._errors import BackendUnavailable, ConcurrencyLimitExceeded, LockNotOwned
-from headway.lock._backend import complete
-from headway.ratelimit import (
+from headway import (
     Concurrency,
     ConcurrencyLimiter,
     RedisRateLimitBackend,
@@ -19,7 +17,9 @@ from headway.ratelimit import (
     SyncMemoryRateLimitBackend,
     SyncRedisRateLimitBackend,
 )
-from headway.ratelimit._policies import OnError
+from headway._errors import BackendUnavailable, ConcurrencyLimitExceeded, LockNotOwned
+from headway.lock.backend import complete
+from headway.ratelimit.policies import OnError
 from tests.servers import free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]

@@ -1,0 +1,1 @@
+"""Our Redis plumbing: script loading (NOSCRIPT), the pipelined connection, error mapping."""

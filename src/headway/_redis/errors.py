@@ -1,0 +1,27 @@
+"""What a Redis failure means to headway: one tuple of "not answering" errors, one mapping."""
+
+from __future__ import annotations
+
+from redis import exceptions as redis_errors
+
+from headway._errors import BackendUnavailable
+
+__all__ = ["UNAVAILABLE", "unavailable"]
+
+#: Errors that mean "Redis is not answering", as opposed to a bug in a request.
+UNAVAILABLE: tuple[type[BaseException], ...] = (
+    redis_errors.ConnectionError,
+    redis_errors.TimeoutError,
+    redis_errors.ClusterError,
+    redis_errors.TryAgainError,
+    OSError,
+    TimeoutError,
+)
+
+
+def unavailable(exc: BaseException, timeout: float | None = None) -> BackendUnavailable:
+    """The ``BackendUnavailable`` a caller sees for ``exc`` (one of ``UNAVAILABLE``)."""
+    within = "" if timeout is None else f" within {timeout:g} s"
+    return BackendUnavailable(
+        f"Redis did not answer{within}: {type(exc).__name__}: {exc}", backend="redis"
+    )

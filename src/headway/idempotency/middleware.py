@@ -1,0 +1,295 @@
+"""``IdempotencyMiddleware`` (pure ASGI) and the ``idempotent`` per-route decorator."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Collection
+from typing import Any
+
+from headway._errors import BackendUnavailable, LockLost, LockNotAcquired
+from headway._http import ASGIApp, Receive, Scope, Send, header_values, send_problem, send_response
+from headway.idempotency.capture import BodyTooLarge, Capture, read_body, replaying
+from headway.idempotency.lease import RecordLease
+from headway.idempotency.request import (
+    InvalidKey,
+    ScopeFunction,
+    by_credentials,
+    fingerprint,
+    parse_key,
+    replay_headers,
+    scope_id,
+    storable_headers,
+)
+from headway.idempotency.store import ClaimOutcome, Record, RecordStore, StoredResponse
+from headway.idempotency.table import Status
+from headway.lock.backend import LockBackend
+from headway.lock.backends.memory import MemoryLockBackend
+from headway.lock.lease import Lease, new_token
+from headway.lock.lock import Lock
+
+__all__ = ["IdempotencyMiddleware", "idempotent"]
+
+log = logging.getLogger("headway.idempotency")
+
+HEADER = b"idempotency-key"
+
+
+class IdempotencyMiddleware:
+    """Honour ``Idempotency-Key`` on ``methods`` (draft-ietf-httpapi-idempotency-key-header).
+
+    The first request with a key runs under a lock (renewed while it runs) and
+    its response is stored with a fenced write; a retry gets that response
+    back with ``Idempotent-Replayed: true``. A duplicate in flight gets 409
+    (or, with ``wait`` > 0 s, waits up to that long for the first to finish and
+    replays it), the same key on a different request 422, a missing key (when
+    ``required``) or a malformed one 400, all as ``application/problem+json``.
+
+    ``store`` defaults to a SQLite file (``headway.sqlite3``) and
+    ``lock_backend`` to the in-memory backend: one process. In production use
+    a ``RecordStore`` on PostgreSQL and a ``RedisLockBackend``.
+
+    Responses up to ``max_body`` bytes are stored whole; a larger one is
+    recorded as done without its body, and a retry gets 410 (the request is
+    never run twice). A request body over ``max_request_body`` bytes gets 413
+    before anything runs (it is read whole to fingerprint it). 429 responses are never
+    stored, and 5xx only with ``store_server_errors``: the record is released so a retry
+    runs again.
+    When the database or the lock backend is down the answer is 503 with
+    ``Retry-After`` and nothing is recorded; with ``database_fallback`` a lock
+    backend outage is survived by excluding on the record's primary key and
+    its database lease alone.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        store: RecordStore | None = None,
+        lock_backend: LockBackend | None = None,
+        methods: Collection[str] = ("POST", "PATCH"),
+        required: bool = False,
+        scope_function: ScopeFunction = by_credentials,
+        lease_ttl: float = 30.0,
+        wait: float = 0.0,
+        max_body: int = 1 << 20,
+        max_request_body: int = 10 << 20,
+        store_server_errors: bool = False,
+        retry_after: int = 1,
+        database_fallback: bool = False,
+    ) -> None:
+        self.app = app
+        self.store = store or RecordStore.from_url("sqlite+aiosqlite:///headway.sqlite3")
+        self.lock_backend = lock_backend or MemoryLockBackend()
+        self.methods = frozenset(m.upper() for m in methods)
+        self.required = required
+        self.scope_function = scope_function
+        self.lease_ttl = lease_ttl
+        self.wait = wait
+        self.max_body = max_body
+        self.max_request_body = max_request_body
+        self.store_server_errors = store_server_errors
+        self.retry_after = str(retry_after).encode()
+        self.database_fallback = database_fallback
+        Lock(self.lock_backend, "check", ttl=lease_ttl, timeout=wait)  # validates both
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in self.methods:
+            await self.app(scope, receive, send)
+            return
+        values = header_values(scope, HEADER)
+        if not values:
+            if self.required:
+                await send_problem(
+                    send, 400, "idempotency-key-missing", "Idempotency-Key required",
+                    f"{scope['method']} {scope['path']} needs an Idempotency-Key header.",
+                )  # fmt: skip
+            else:
+                await self.app(scope, receive, send)
+            return
+        try:
+            key = parse_key(values)
+        except InvalidKey as exc:
+            await send_problem(
+                send, 400, "idempotency-key-malformed", "Malformed Idempotency-Key", str(exc)
+            )
+            return
+        try:
+            body = await read_body(receive, self.max_request_body)
+        except BodyTooLarge:
+            await send_problem(
+                send, 413, "idempotency-request-too-large", "Request Too Large",
+                f"A request with an Idempotency-Key may carry at most {self.max_request_body} "
+                "bytes: its body is read whole to fingerprint it. Nothing was done.",
+            )  # fmt: skip
+            return
+        if body is None:
+            return  # the client left before sending its request
+        caller = scope_id(self.scope_function(scope))
+        request = _Request(caller, key, fingerprint(scope, body))
+        try:
+            await self._handle(request, scope, replaying(body, receive), send)
+        except BackendUnavailable as exc:
+            if request.started:
+                raise
+            log.warning("idempotency unavailable (%s): %s", exc.backend, exc)
+            await send_problem(
+                send, 503, f"idempotency-{exc.backend}-unavailable", "Service Unavailable",
+                "The idempotency record could not be checked; nothing was done. Retry later.",
+                headers=[(b"retry-after", self.retry_after)],
+            )  # fmt: skip
+
+    async def _handle(self, request: _Request, scope: Scope, receive: Receive, send: Send) -> None:
+        record = await self.store.get(request.caller, request.key)
+        if record is not None and await self._answer(record, request, send):
+            return
+        lock = Lock(
+            self.lock_backend,
+            f"idempotency/{request.caller}/{request.key}",
+            ttl=self.lease_ttl,
+            timeout=self.wait,
+        )
+        try:
+            try:
+                async with lock.hold() as lease:
+                    if await self._claim_and_run(request, lease, scope, receive, send):
+                        return
+            except BackendUnavailable as exc:
+                if exc.backend == "database" or not self.database_fallback or request.claimed:
+                    raise
+                log.warning("lock backend down, excluding by the database alone: %s", exc)
+                if await self._claim_and_run(request, None, scope, receive, send):
+                    return
+        except LockNotAcquired:
+            if self.wait > 0:
+                record = await self.store.get(request.caller, request.key)
+                if record is not None and record.status is Status.COMPLETED:
+                    await self._answer(record, request, send)
+                    return
+        except LockLost:
+            log.warning("lease lost on an idempotent request; its response is not stored")
+            if request.started:
+                raise
+            await send_problem(
+                send, 503, "idempotency-lease-lost", "Service Unavailable",
+                "The request lost its lock before it finished; nothing was stored. Retry.",
+                headers=[(b"retry-after", self.retry_after)],
+            )  # fmt: skip
+            return
+        await send_problem(
+            send, 409, "idempotency-key-in-use", "Request in progress",
+            "A request with this Idempotency-Key is still being processed. Retry later.",
+            headers=[(b"retry-after", self.retry_after)],
+        )  # fmt: skip
+
+    async def _claim_and_run(
+        self, request: _Request, lease: Lease | None, scope: Scope, receive: Receive, send: Send
+    ) -> bool:
+        """Claim the record and run the app; False if someone else holds it."""
+        request.claimed = True
+        sent = time.monotonic()
+        claim = await self.store.claim(
+            request.caller,
+            request.key,
+            request.fingerprint,
+            fence=None if lease is None else lease.fence,
+            lease_token=new_token() if lease is None else lease.token,
+            lease_ttl=self.lease_ttl,
+        )
+        if claim.outcome is ClaimOutcome.CLAIMED:
+            assert claim.fence is not None
+            backend = RecordLease(self.store, request.caller, request.key, claim.fence, sent)
+            async with Lock(backend, f"record/{claim.fence}", ttl=self.lease_ttl).hold():
+                await self._run(request, claim.fence, scope, receive, send)
+            return True
+        return claim.record is not None and await self._answer(claim.record, request, send)
+
+    async def _answer(self, record: Record, request: _Request, send: Send) -> bool:
+        """Answer from an existing record: 422, a replay or 410; False if still in flight."""
+        if record.fingerprint != request.fingerprint:
+            await send_problem(
+                send, 422, "idempotency-key-reused", "Idempotency-Key reused",
+                "This Idempotency-Key was already used for a different request.",
+            )  # fmt: skip
+            return True
+        if record.status is not Status.COMPLETED or record.response is None:
+            return False
+        response = record.response
+        if response.body is None:
+            await send_problem(
+                send, 410, "idempotency-response-not-stored", "Response not stored",
+                "This request was already processed, but its response was too large to keep; "
+                "it will not be run again.",
+                headers=[(b"idempotent-replayed", b"true")],
+                original_status=response.status,
+            )  # fmt: skip
+            return True
+        await send_response(send, response.status, replay_headers(response.headers), response.body)
+        return True
+
+    async def _run(
+        self, request: _Request, fence: int, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        capture = Capture(send, self.max_body)
+        request.capture = capture
+        try:
+            await self.app(scope, receive, capture.send)
+        except BaseException:
+            await _shielded(self.store.release(request.caller, request.key, fence))
+            raise
+        status = capture.status
+        # 429: refused before it ran (say, by a rate limiter mounted inside): a retry must
+        # run, not replay the refusal. 5xx: the work most likely did not happen either.
+        if status is None or status == 429 or (status >= 500 and not self.store_server_errors):
+            await self.store.release(request.caller, request.key, fence)
+        else:
+            stored = StoredResponse(status, storable_headers(capture.headers), capture.body)
+            if not await self.store.complete(request.caller, request.key, fence, stored):
+                # A newer lease took over: this response must not reach the client whole.
+                raise LockLost(
+                    f"fence {fence} was superseded; the response was not stored",
+                    resource=f"idempotency/{request.caller}/{request.key}",
+                )
+        await capture.finish()
+
+
+class _Request:
+    __slots__ = ("caller", "capture", "claimed", "fingerprint", "key")
+
+    def __init__(self, caller: str, key: str, fingerprint: str) -> None:
+        self.caller = caller
+        self.key = key
+        self.fingerprint = fingerprint
+        self.capture: Capture | None = None
+        self.claimed = False
+
+    @property
+    def started(self) -> bool:
+        return self.capture is not None and self.capture.started
+
+
+async def _shielded(aw: Any) -> None:
+    """Run a clean-up to the end even if we are being cancelled; never raise from it."""
+    task = asyncio.ensure_future(aw)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait([task])
+        raise
+    except Exception as exc:  # the original error matters more
+        log.warning("could not release an idempotency record: %s", exc)
+
+
+def idempotent(**options: Any) -> Callable[[Callable[..., Any]], ASGIApp]:
+    """Make one Starlette endpoint idempotent (same options as ``IdempotencyMiddleware``).
+
+    ``Route("/payments", idempotent(store=store, required=True)(create), methods=["POST"])``
+    """
+
+    def wrap(endpoint: Callable[..., Any]) -> ASGIApp:
+        from starlette.routing import request_response
+
+        return IdempotencyMiddleware(request_response(endpoint), **options)
+
+    return wrap

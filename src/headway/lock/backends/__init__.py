@@ -1,0 +1,1 @@
+"""Lock backends, each implementing the contract in ``headway.lock.backend``."""

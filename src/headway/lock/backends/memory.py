@@ -1,0 +1,127 @@
+"""The in-memory lock backend: the embedded default, and the reference model.
+
+It implements the scripts' semantics (FIFO queue, lapsing places, fencing) in
+Python for one process, so the Redis backend can be tested against it and
+apps run without a server. Tokens come from one counter shared by every
+resource, so they are monotonic per resource.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from headway._clock import Clock
+from headway.lock.backend import QueuedBackend
+from headway.lock.flow import Attempt, Try
+
+__all__ = ["MemoryLockBackend"]
+
+
+@dataclass
+class _State:
+    owner: str | None = None
+    expires: float = 0.0
+    fence: int = 0
+    # waiter id -> time until which its place is kept; dicts keep arrival order.
+    queue: dict[str, float] = field(default_factory=dict)
+
+
+class _Waiter:
+    def __init__(self, event: asyncio.Event) -> None:
+        self.event = event
+
+    async def wait(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self.event.wait()
+        self.event.clear()
+
+
+class MemoryLockBackend(QueuedBackend):
+    """Locks for the tasks of one process, with the same semantics as Redis."""
+
+    name = "memory"
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        super().__init__(clock)
+        self._states: dict[str, _State] = {}
+        self._fence = 0
+        self._events: dict[tuple[str, str], asyncio.Event] = {}
+
+    def _state(self, resource: str) -> _State:
+        state = self._states.setdefault(resource, _State())
+        now = self.clock()
+        if state.owner is not None and state.expires <= now:
+            state.owner = None
+        for waiter in [w for w, until in state.queue.items() if until <= now]:
+            del state.queue[waiter]
+        return state
+
+    def _forget_if_idle(self, resource: str, state: _State) -> None:
+        if state.owner is None and not state.queue:
+            self._states.pop(resource, None)
+
+    def _wake_head(self, resource: str, state: _State) -> None:
+        head = next(iter(state.queue), None)
+        if head is not None and (event := self._events.get((resource, head))) is not None:
+            event.set()
+
+    async def _try(self, resource: str, step: Try) -> Attempt:
+        state = self._state(resource)
+        now = self.clock()
+        if state.owner == step.token:  # a retried attempt: the same grant, as in Redis
+            return Attempt(True, fence=state.fence)
+        if state.owner is None:
+            head = next(iter(state.queue), None)
+            if head is None or head == step.waiter:
+                state.owner, state.expires = step.token, now + step.ttl_ms / 1000
+                state.queue.pop(step.waiter, None)
+                self._fence += 1
+                state.fence = self._fence
+                return Attempt(True, fence=self._fence)
+            pttl_ms = 0
+        else:
+            pttl_ms = max(1, round((state.expires - now) * 1000))
+        if step.waiter:
+            state.queue[step.waiter] = now + step.place_ms / 1000
+        return Attempt(False, pttl_ms=pttl_ms)
+
+    async def _release(self, resource: str, token: str) -> bool:
+        state = self._state(resource)
+        if state.owner != token:
+            self._forget_if_idle(resource, state)
+            return False
+        state.owner = None
+        self._wake_head(resource, state)
+        self._forget_if_idle(resource, state)
+        return True
+
+    async def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:
+        state = self._state(resource)
+        if state.owner != token:
+            self._forget_if_idle(resource, state)
+            return False
+        state.expires = self.clock() + ttl_ms / 1000
+        return True
+
+    async def _leave(self, resource: str, waiter: str) -> None:
+        state = self._state(resource)
+        state.queue.pop(waiter, None)
+        if state.owner is None:
+            self._wake_head(resource, state)
+        self._forget_if_idle(resource, state)
+
+    def _listening(self, resource: str) -> bool:
+        # Registering is free here; skip it only when nobody holds or waits.
+        return resource in self._states
+
+    @contextlib.asynccontextmanager
+    async def _listen(self, resource: str, waiter: str) -> AsyncIterator[_Waiter]:
+        event = self._events[resource, waiter] = asyncio.Event()
+        try:
+            yield _Waiter(event)
+        finally:
+            del self._events[resource, waiter]

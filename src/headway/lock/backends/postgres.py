@@ -1,0 +1,284 @@
+"""The PostgreSQL lock backend: transaction-level advisory locks, for apps without Redis.
+
+A lease is one pooled connection kept in an open transaction that holds
+``pg_advisory_xact_lock(key)``. Everything time-related is the server's job:
+
+- **Waiting** happens inside the lock call, bounded by ``SET LOCAL
+  lock_timeout``: no polling, and the server's lock queue is first come,
+  first served. A zero timeout makes one ``pg_try_advisory_xact_lock``.
+- **The TTL** is ``SET LOCAL idle_in_transaction_session_timeout``: a holder
+  that stops talking (paused, hung, partitioned) for longer than its TTL has
+  its session terminated, and the lock goes to the next waiter. ``extend``
+  sends one cheap statement that restarts that timer (and sets the new TTL);
+  the timer restarts at the end of each statement, so the server's expiry is
+  never earlier than ``Lease.deadline``, which is counted from before the
+  statement was sent (after a wait longer than a tenth of the TTL, one more
+  statement restarts the timer, so a lease is not handed out half spent).
+- **Release** rolls the transaction back: the lock is freed at once.
+- **Cancellation** of a waiting ``acquire`` ends its session (the lock may
+  have been granted as the cancellation arrived), so nothing is left held.
+  A server ``statement_timeout`` shorter than the wait cuts it short, as a
+  ``LockNotAcquired``.
+
+The **fencing token** is the transaction's id, ``txid_current()``, taken in
+the same statement *after* the lock is granted. Transaction ids come from one
+counter that only moves forward (64 bits with the epoch, so no wraparound),
+and the next holder can only be granted the lock after the previous holder's
+transaction has ended, by which time the previous holder's id was already
+assigned. So every lease on a resource gets a larger token than every earlier
+lease on it. The tokens are ids of *this* server: after a failover to a
+replica, or a switch between lock backends, a store may briefly reject every
+write until fences catch up.
+
+**Keys**: ``pg_advisory_xact_lock`` takes a 64-bit key, here the first 8 bytes
+of a personalised BLAKE2b of the resource name. Two resources collide with
+probability 2**-64; among n resources locked at the same time the chance of
+any collision is about n**2 / 2**65 (one in 37 million for a million
+resources). A collision only makes the two resources wait for each other; it
+never lets two holders of one resource in.
+
+Each waiting or held lease occupies one connection of ``engine``'s pool: give
+the backend an engine of its own, sized for the locks held at once, and
+connect directly (or through a session-pooling proxy), not through a
+transaction-pooling one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import math
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import sqlalchemy.exc
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from headway._clock import Clock, MonotonicClock
+from headway._errors import BackendUnavailable, LockNotAcquired, LockNotOwned
+from headway.lock.backend import complete
+from headway.lock.lease import Lease, check_timeout, check_ttl, new_token
+
+__all__ = ["PostgresLockBackend", "advisory_key"]
+
+T = TypeVar("T")
+
+# Materialised CTEs run in order (each reads the one before), so the settings
+# are in force before the lock call and the transaction id is taken after it.
+_WAIT = text("""
+WITH settings AS MATERIALIZED (
+    SELECT set_config('lock_timeout', :wait, true),
+           set_config('idle_in_transaction_session_timeout', :ttl, true)
+), granted AS MATERIALIZED (SELECT pg_advisory_xact_lock(:key) FROM settings)
+SELECT txid_current() FROM granted
+""")
+_TRY = text("""
+WITH settings AS MATERIALIZED (
+    SELECT set_config('idle_in_transaction_session_timeout', :ttl, true)
+), attempt AS MATERIALIZED (SELECT pg_try_advisory_xact_lock(:key) AS granted FROM settings)
+SELECT CASE WHEN granted THEN txid_current() END FROM attempt
+""")
+# Any statement restarts the server's idle timer; this one also sets its new length.
+_TOUCH = text("SELECT set_config('idle_in_transaction_session_timeout', :ttl, true)")
+
+#: SQLSTATEs that end a lock wait without the lock: lock_timeout, statement_timeout.
+_NOT_GRANTED = frozenset({"55P03", "57014"})
+#: Errors that mean "the server is not answering (or the session is gone)".
+_UNAVAILABLE = (sqlalchemy.exc.DBAPIError, sqlalchemy.exc.TimeoutError, OSError, TimeoutError)
+
+
+def advisory_key(resource: str) -> int:
+    """The signed 64-bit advisory-lock key of ``resource`` (BLAKE2b, personalised)."""
+    digest = hashlib.blake2b(resource.encode(), digest_size=8, person=b"headway.lock").digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _ms(seconds: float) -> str:
+    # A setting of 0 would mean "no limit": never round a real bound down to it.
+    return f"{max(1, math.ceil(seconds * 1000))}ms"
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    return getattr(getattr(exc, "orig", None), "sqlstate", None)
+
+
+@dataclass
+class _Held:
+    conn: AsyncConnection
+    # One connection runs one statement at a time: extend and release queue here.
+    busy: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+async def _close(conn: AsyncConnection) -> None:
+    await conn.close()
+
+
+async def _discard(conn: AsyncConnection) -> None:
+    """Close the connection for good: the session ends, and its lock with it."""
+    with contextlib.suppress(Exception):
+        await conn.invalidate()
+    with contextlib.suppress(Exception):
+        await conn.close()
+
+
+class PostgresLockBackend:
+    """Locks held as PostgreSQL transaction-level advisory locks (see the module doc).
+
+    ``timeout`` bounds each round trip beyond the lock wait itself: a server
+    that does not answer raises ``BackendUnavailable`` within it.
+    """
+
+    name = "postgres"
+
+    def __init__(
+        self, engine: AsyncEngine, *, timeout: float = 2.0, clock: Clock | None = None
+    ) -> None:
+        if engine.dialect.name != "postgresql":
+            raise ValueError(f"PostgresLockBackend needs a PostgreSQL engine, not {engine.url!r}")
+        self.engine = engine
+        self.timeout = check_timeout(timeout)
+        self.clock: Clock = clock or MonotonicClock()
+        self._held: dict[str, _Held] = {}
+
+    def _unavailable(self, exc: BaseException) -> BackendUnavailable:
+        return BackendUnavailable(
+            f"PostgreSQL failed or did not answer within {self.timeout:g} s: "
+            f"{type(exc).__name__}: {exc}",
+            backend="postgres",
+        )
+
+    async def _bounded(self, aw: Awaitable[T], seconds: float) -> T:
+        async with asyncio.timeout(seconds):
+            return await aw
+
+    async def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
+        """Acquire ``resource`` (see ``LockBackend.acquire``); the server does the waiting."""
+        ttl_ms = check_ttl(ttl)
+        wait = check_timeout(timeout)
+        key = advisory_key(resource)
+        sent = self.clock()
+        try:
+            # Shielded: asyncpg cancelled mid-connect leaves a failed future behind
+            # ("Future exception was never retrieved"). On cancellation the checkout
+            # ends first, then the connection (which holds nothing yet) goes back.
+            conn = await complete(
+                self._bounded(self.engine.connect().start(), wait + self.timeout), _close
+            )
+        except _UNAVAILABLE as exc:
+            raise self._unavailable(exc) from exc
+        params: dict[str, Any] = {"key": key, "ttl": f"{ttl_ms}ms"}
+        if wait > 0:
+            statement, params["wait"] = _WAIT, _ms(wait)
+        else:
+            statement = _TRY
+        try:
+            fence = (
+                await self._bounded(conn.execute(statement, params), wait + self.timeout)
+            ).scalar()
+            if fence is not None and self.clock() - sent > ttl_ms / 1000 / 10:
+                # We waited: restart the server's TTL timer from a moment we know.
+                sent = self.clock()
+                await self._bounded(conn.execute(_TOUCH, {"ttl": f"{ttl_ms}ms"}), self.timeout)
+        except sqlalchemy.exc.DBAPIError as exc:
+            if _sqlstate(exc) in _NOT_GRANTED:
+                await complete(self._give_back(conn))
+                raise self._not_acquired(resource, timeout) from exc
+            await complete(_discard(conn))
+            raise self._unavailable(exc) from exc
+        except BaseException as exc:
+            # Cancelled or timed out mid-statement: the lock may have been granted
+            # meanwhile, so end the session rather than guess.
+            await complete(_discard(conn))
+            if isinstance(exc, _UNAVAILABLE):
+                raise self._unavailable(exc) from exc
+            raise
+        if fence is None:
+            await complete(self._give_back(conn))
+            raise self._not_acquired(resource, timeout)
+        token = new_token()
+        self._held[token] = _Held(conn)
+        return Lease(resource, token, int(fence), sent + ttl_ms / 1000, ttl_ms / 1000)
+
+    async def _give_back(self, conn: AsyncConnection) -> None:
+        """Roll back a transaction that holds no lock and return its connection to the pool."""
+        try:
+            await self._bounded(conn.rollback(), self.timeout)
+        except _UNAVAILABLE:
+            await _discard(conn)
+        else:
+            await conn.close()
+
+    def _not_acquired(self, resource: str, timeout: float) -> LockNotAcquired:
+        return LockNotAcquired(
+            f"lock {resource!r} not acquired within {timeout:g} s", resource=resource
+        )
+
+    def _not_owned(self, lease: Lease, what: str, why: str = "") -> LockNotOwned:
+        return LockNotOwned(
+            f"cannot {what} lock {lease.resource!r}: the lease (fence {lease.fence}) is "
+            f"no longer held{why}",
+            resource=lease.resource,
+        )
+
+    async def extend(self, lease: Lease, ttl: float) -> Lease:
+        """Renew ``lease`` for ``ttl`` s from now; ``LockNotOwned`` if its session ended."""
+        ttl_ms = check_ttl(ttl)
+        held = self._held.get(lease.token)
+        if held is None:
+            raise self._not_owned(lease, "extend")
+        async with held.busy:
+            if self._held.get(lease.token) is not held:
+                raise self._not_owned(lease, "extend")
+            sent = self.clock()
+            # Past the lease's deadline the server may end the session anyway: a touch
+            # that cannot answer by then counts as lost (and ``hold()`` hears of it in time).
+            left = lease.deadline - sent
+            bound = min(self.timeout, left) if left > 0 else self.timeout
+            try:
+                # Shielded: a statement abandoned halfway would leave the session unusable.
+                await complete(self._touch(lease.token, held, ttl_ms, bound))
+            except _UNAVAILABLE as exc:
+                why = f" ({type(exc).__name__}: its session ended or did not answer)"
+                raise self._not_owned(lease, "extend", why) from exc
+        return Lease(lease.resource, lease.token, lease.fence, sent + ttl_ms / 1000, ttl_ms / 1000)
+
+    async def _touch(self, token: str, held: _Held, ttl_ms: int, bound: float) -> None:
+        try:
+            await self._bounded(held.conn.execute(_TOUCH, {"ttl": f"{ttl_ms}ms"}), bound)
+        except BaseException:
+            # A session that failed a statement cannot be trusted to hold anything:
+            # end it, so the lock is freed for certain.
+            self._held.pop(token, None)
+            await _discard(held.conn)
+            raise
+
+    async def release(self, lease: Lease) -> None:
+        """Release ``lease`` (shielded from cancellation); ``LockNotOwned`` if it had lapsed."""
+        held = self._held.pop(lease.token, None)
+        if held is None:
+            raise self._not_owned(lease, "release")
+        try:
+            await complete(self._end(held))
+        except TimeoutError as exc:
+            # The session was closed from our side: the server frees the lock when it notices.
+            raise self._unavailable(exc) from exc
+        except _UNAVAILABLE as exc:
+            raise self._not_owned(lease, "release", " (its session had ended)") from exc
+
+    async def _end(self, held: _Held) -> None:
+        async with held.busy:
+            try:
+                await self._bounded(held.conn.rollback(), self.timeout)
+            except BaseException:
+                await _discard(held.conn)
+                raise
+            await held.conn.close()
+
+    async def aclose(self) -> None:
+        """Release every lease still held (their sessions end; the engine stays yours)."""
+        held, self._held = list(self._held.values()), {}
+        for h in held:
+            await complete(_discard(h.conn))

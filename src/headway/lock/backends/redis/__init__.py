@@ -1,0 +1,1 @@
+"""The Redis lock backend (single node or Cluster), async and sync."""

@@ -1,0 +1,280 @@
+"""``Lock`` and ``SyncLock``: one named lock over any backend, and ``hold()``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+from types import TracebackType
+
+from headway._clock import Clock, MonotonicClock
+from headway._errors import BackendUnavailable, LockLost, LockNotOwned
+from headway.lock.backend import LockBackend, SyncLockBackend
+from headway.lock.lease import Lease, _finite_seconds, check_timeout, check_ttl
+
+__all__ = ["Lock", "SyncLock"]
+
+log = logging.getLogger("headway.lock")
+
+
+def _check_hold(ttl: float, renew_every: float | None, max_hold: float | None) -> float:
+    interval = ttl / 3 if renew_every is None else _finite_seconds("renew_every", renew_every)
+    if not 0 < interval < ttl:
+        raise ValueError(f"renew_every must be > 0 and < ttl ({ttl:g} s), got {interval!r}")
+    if max_hold is not None and _finite_seconds("max_hold", max_hold) <= 0:
+        raise ValueError(f"max_hold must be > 0, got {max_hold!r}")
+    return interval
+
+
+class Lock:
+    """A named lock over an async backend.
+
+    The lock object holds no lease: every ``acquire`` returns a new ``Lease``,
+    so tasks sharing one ``Lock`` never share a lease. ``ttl`` is the lease
+    length and ``timeout`` how long ``acquire`` waits, both in seconds.
+    """
+
+    def __init__(
+        self,
+        backend: LockBackend,
+        resource: str,
+        *,
+        ttl: float = 30.0,
+        timeout: float = 10.0,
+        clock: Clock | None = None,
+    ) -> None:
+        check_ttl(ttl)
+        check_timeout(timeout)
+        if not isinstance(resource, str):
+            raise TypeError(f"resource must be a str, not {type(resource).__name__}")
+        self.backend = backend
+        self.resource = resource
+        self.ttl = ttl
+        self.timeout = timeout
+        self.clock: Clock = clock or MonotonicClock()
+
+    def __repr__(self) -> str:
+        return f"Lock({self.resource!r}, backend={self.backend.name}, ttl={self.ttl:g})"
+
+    async def acquire(self, *, timeout: float | None = None, ttl: float | None = None) -> Lease:
+        """Wait up to ``timeout`` s for the lock; raise ``LockNotAcquired`` after that."""
+        return await self.backend.acquire(
+            self.resource,
+            self.ttl if ttl is None else ttl,
+            self.timeout if timeout is None else timeout,
+        )
+
+    async def release(self, lease: Lease) -> None:
+        """Release ``lease`` (shielded from cancellation); ``LockNotOwned`` if it lapsed."""
+        await self.backend.release(lease)
+
+    async def extend(self, lease: Lease, ttl: float | None = None) -> Lease:
+        """Renew ``lease`` for ``ttl`` s from now; ``LockNotOwned`` if it lapsed."""
+        return await self.backend.extend(lease, self.ttl if ttl is None else ttl)
+
+    def hold(
+        self,
+        *,
+        timeout: float | None = None,
+        renew_every: float | None = None,
+        max_hold: float | None = None,
+    ) -> _Hold:
+        """Hold the lock for an ``async with`` block, renewing the lease meanwhile.
+
+        The lease is renewed every ``renew_every`` s (default: a third of the
+        TTL). If a renewal is refused, or the lease runs out because Redis does
+        not answer, or the block outlives ``max_hold`` s, the block is cancelled
+        and ``LockLost`` is raised: the holder never keeps working unknowingly.
+        """
+        interval = _check_hold(self.ttl, renew_every, max_hold)
+        return _Hold(self, timeout, interval, max_hold)
+
+
+class _Hold:
+    def __init__(
+        self, lock: Lock, timeout: float | None, interval: float, max_hold: float | None
+    ) -> None:
+        self._lock = lock
+        self._timeout = timeout
+        self._interval = interval
+        self._max_hold = max_hold
+        self._lease: Lease | None = None
+        self._reason: BaseException | None = None
+        self._owner: asyncio.Task[object] | None = None
+        self._started = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._watchdog: asyncio.Task[None] | None = None
+
+    @property
+    def lease(self) -> Lease:
+        """The current lease (its deadline moves with each renewal)."""
+        assert self._lease is not None, "not held"
+        return self._lease
+
+    async def __aenter__(self) -> Lease:
+        self._lease = await self._lock.acquire(timeout=self._timeout)
+        self._owner = asyncio.current_task()
+        self._started = self._lock.clock()
+        # The watchdog task starts only when the first renewal is due: a shorter
+        # block costs a timer instead of a task and the event-loop turns it takes.
+        due = min(self._started + self._interval, self._lease.deadline) - self._started
+        self._timer = asyncio.get_running_loop().call_later(max(0.0, due), self._start_watchdog)
+        return self._lease
+
+    def _start_watchdog(self) -> None:
+        self._timer = None
+        self._watchdog = asyncio.get_running_loop().create_task(self._renew())
+
+    def _lose(self, reason: BaseException) -> None:
+        self._reason = reason
+        assert self._owner is not None
+        self._owner.cancel(f"lock {self._lock.resource!r} lost")
+
+    async def _renew(self) -> None:
+        clock, lease = self._lock.clock, self.lease
+        started = self._started
+        renew_at = started + self._interval
+        capped = False  # the last renewal was shortened to end at max_hold
+        while True:
+            await asyncio.sleep(max(0.0, min(renew_at, lease.deadline) - clock()))
+            now = clock()
+            ttl = self._lock.ttl
+            if self._max_hold is not None and started + self._max_hold - now < ttl:
+                ttl = started + self._max_hold - now
+                if ttl <= 0:
+                    capped = True
+            if ttl <= 0 or now >= lease.deadline:
+                why = "max_hold reached" if capped else "lease ran out before it was renewed"
+                self._lose(LockLost(f"{why} on {lease.resource!r}", resource=lease.resource))
+                return
+            capped = ttl < self._lock.ttl
+            try:
+                async with asyncio.timeout(lease.deadline - now):
+                    lease = self._lease = await self._lock.extend(lease, ttl)
+                renew_at = clock() + self._interval
+            except LockNotOwned as exc:
+                self._lose(exc)
+                return
+            except (BackendUnavailable, TimeoutError) as exc:
+                log.warning("renewing %r failed, retrying: %s", lease.resource, exc)
+                renew_at = clock() + min(self._interval, 0.1)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        assert self._owner is not None
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        lost_by_us = self._reason is not None
+        other_cancel = False
+        if lost_by_us:
+            if exc_type is not asyncio.CancelledError:
+                # The block ended before our cancellation reached it: absorb it now.
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.sleep(0)
+            other_cancel = self._owner.uncancel() > 0
+        if self._watchdog is not None:
+            await asyncio.wait([self._watchdog])
+        try:
+            await self._lock.release(self.lease)
+        except LockNotOwned as err:
+            if self._reason is None and exc_type is None:
+                raise LockLost(
+                    f"lease on {self._lock.resource!r} lapsed while held", resource=err.resource
+                ) from err
+        except BackendUnavailable as err:
+            log.warning("releasing %r failed; it expires by its TTL: %s", self.lease.resource, err)
+        if lost_by_us and not other_cancel:
+            reason = self._reason
+            if isinstance(reason, LockLost):
+                raise reason
+            raise LockLost(
+                f"lock {self._lock.resource!r} lost: {reason}", resource=self._lock.resource
+            ) from reason
+        return False
+
+
+class SyncLock:
+    """The synchronous ``Lock``: the same operations over a sync backend."""
+
+    def __init__(
+        self,
+        backend: SyncLockBackend,
+        resource: str,
+        *,
+        ttl: float = 30.0,
+        timeout: float = 10.0,
+    ) -> None:
+        check_ttl(ttl)
+        check_timeout(timeout)
+        self.backend = backend
+        self.resource = resource
+        self.ttl = ttl
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        return f"SyncLock({self.resource!r}, backend={self.backend.name}, ttl={self.ttl:g})"
+
+    def acquire(self, *, timeout: float | None = None, ttl: float | None = None) -> Lease:
+        """Wait up to ``timeout`` s for the lock; raise ``LockNotAcquired`` after that."""
+        return self.backend.acquire(
+            self.resource,
+            self.ttl if ttl is None else ttl,
+            self.timeout if timeout is None else timeout,
+        )
+
+    def release(self, lease: Lease) -> None:
+        """Release ``lease``; ``LockNotOwned`` if it lapsed."""
+        self.backend.release(lease)
+
+    def extend(self, lease: Lease, ttl: float | None = None) -> Lease:
+        """Renew ``lease`` for ``ttl`` s from now; ``LockNotOwned`` if it lapsed."""
+        return self.backend.extend(lease, self.ttl if ttl is None else ttl)
+
+    @contextlib.contextmanager
+    def hold(
+        self, *, timeout: float | None = None, renew_every: float | None = None
+    ) -> Iterator[Lease]:
+        """Hold the lock for a ``with`` block, renewing it from a background thread.
+
+        Sync code cannot be interrupted, so a lost lease is reported when the
+        block ends, as ``LockLost``; use fencing tokens to protect writes.
+        """
+        interval = _check_hold(self.ttl, renew_every, None)
+        lease = self.acquire(timeout=timeout)
+        done = threading.Event()
+        lost: list[BaseException] = []
+
+        def renew() -> None:
+            current = lease
+            while not done.wait(interval):
+                try:
+                    current = self.extend(current)
+                except LockNotOwned as exc:
+                    lost.append(exc)
+                    return
+                except BackendUnavailable as exc:
+                    if current.remaining() <= 0:
+                        lost.append(exc)
+                        return
+
+        thread = threading.Thread(target=renew, name=f"headway-renew-{self.resource}", daemon=True)
+        thread.start()
+        try:
+            yield lease
+        finally:
+            done.set()
+            thread.join()
+            with contextlib.suppress(LockNotOwned, BackendUnavailable):
+                self.release(lease)
+        if lost:
+            raise LockLost(
+                f"lock {self.resource!r} lost while held", resource=self.resource
+            ) from lost[0]

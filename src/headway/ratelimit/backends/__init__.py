@@ -1,0 +1,1 @@
+"""Rate-limit backends, each implementing ``contract``."""

@@ -1,0 +1,126 @@
+"""What a rate-limit backend does, and the pure helpers every backend shares.
+
+A backend decides one call: several policies on one key, a cost, charge or
+peek. It returns a ``Verdict`` (see ``_model``) and raises
+``BackendUnavailable`` when it cannot answer; failure modes, caching and
+waiting are the limiter's business, not the backend's. A backend may also
+keep concurrency slots (``ConcurrencyBackend``); both built-in ones do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from headway._keys import tag_base
+from headway.ratelimit.model import Verdict
+from headway.ratelimit.policies import Concurrency, Policy, PolicySet
+from headway.ratelimit.slots import Grant
+
+__all__ = [
+    "ConcurrencyBackend",
+    "RateLimitBackend",
+    "SyncConcurrencyBackend",
+    "SyncRateLimitBackend",
+    "decide_call",
+    "policy_keys",
+    "state_keys",
+]
+
+
+class RateLimitBackend(Protocol):
+    """An async backend: decides (and charges) policies for a key, or forgets the key."""
+
+    name: str
+
+    async def decide(
+        self,
+        key: str,
+        policies: Sequence[Policy],
+        cost: int,
+        peek: bool,
+        *,
+        now_us: int | None = None,
+    ) -> Verdict:
+        """Decide ``cost`` against every policy, all-or-nothing.
+
+        ``now_us`` exists for the differential tests only: production calls
+        leave it ``None`` and the backend's own clock (Redis ``TIME``) decides.
+        """
+        ...
+
+    async def reset(self, key: str, policies: Sequence[Policy]) -> None:
+        """Forget every policy's state for ``key``."""
+        ...
+
+
+class SyncRateLimitBackend(Protocol):
+    """The synchronous counterpart of ``RateLimitBackend``."""
+
+    name: str
+
+    def decide(
+        self,
+        key: str,
+        policies: Sequence[Policy],
+        cost: int,
+        peek: bool,
+        *,
+        now_us: int | None = None,
+    ) -> Verdict: ...
+
+    def reset(self, key: str, policies: Sequence[Policy]) -> None: ...
+
+
+class ConcurrencyBackend(Protocol):
+    """An async backend that keeps concurrency slots (leases) per key.
+
+    Each call prunes the leases that ended, by the backend's own clock.
+    """
+
+    name: str
+
+    async def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
+        """Take a slot for ``token`` if fewer than ``policy.limit`` are held."""
+        ...
+
+    async def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
+        """Give the slot back; False when its lease had already ended."""
+        ...
+
+    async def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool:
+        """Renew the slot's lease for ``ttl_ms`` from now; False when it had ended."""
+        ...
+
+
+class SyncConcurrencyBackend(Protocol):
+    """The synchronous counterpart of ``ConcurrencyBackend``."""
+
+    name: str
+
+    def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant: ...
+
+    def release_slot(self, key: str, policy: Concurrency, token: str) -> bool: ...
+
+    def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool: ...
+
+
+def state_keys(key: str, policies: Sequence[Policy]) -> list[str]:
+    """The Redis keys holding ``key``'s state (``PolicySet.stored``), sharing its hash tag."""
+    base = tag_base("rl", key)
+    return [base + suffix for suffix in PolicySet.of(policies).stored]
+
+
+def policy_keys(key: str, policies: Sequence[Policy]) -> list[str]:
+    """One name per policy for ``key``'s state (``PolicySet.suffixes``)."""
+    base = tag_base("rl", key)
+    return [base + suffix for suffix in PolicySet.of(policies).suffixes]
+
+
+def decide_call(
+    key: str, policies: Sequence[Policy], cost: int, peek: bool, now_us: int | None
+) -> tuple[list[str], list[int | str]]:
+    """Keys and arguments of ``rl_decide.lua``."""
+    policies = PolicySet.of(policies)
+    head = ["" if now_us is None else now_us, cost, 1 if peek else 0]
+    return state_keys(key, policies), [*head, *policies.flat]

@@ -1,0 +1,191 @@
+"""The in-memory rate-limit backend: the embedded default and the reference model.
+
+It runs ``_model`` over a dict in one process, with the scripts' semantics:
+one state per policy, named as the scripts name it (they keep several policies'
+string states in one key), the same TTLs (an expired state reads as missing), the
+same decisions, and the same concurrency slots (leases that end unless renewed).
+Time comes from an injectable clock (monotonic by default: one process needs
+no shared clock).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from headway._clock import Clock, MonotonicClock
+from headway.ratelimit.backends.contract import policy_keys
+from headway.ratelimit.model import Verdict, decide
+from headway.ratelimit.policies import Concurrency, Policy, PolicySet
+from headway.ratelimit.slots import Grant, slot_key
+
+__all__ = ["MemoryRateLimitBackend", "SyncMemoryRateLimitBackend"]
+
+
+class _Store:
+    def __init__(self, clock: Clock | None) -> None:
+        self.clock: Clock = clock or MonotonicClock()
+        self.entries: dict[str, tuple[Any, int]] = {}  # key -> (state, expires at, us)
+        self.slots: dict[str, dict[str, int]] = {}  # key -> {token: lease ends at, us}
+        self._sweep_at = 1024
+        # Sync callers may share a backend between threads; each decision is atomic.
+        self._mutex = threading.Lock()
+
+    def decide(
+        self, key: str, policies: Sequence[Policy], cost: int, peek: bool, now_us: int | None
+    ) -> Verdict:
+        with self._mutex:
+            now = self._now() if now_us is None else now_us
+            return self._decide(policy_keys(key, policies), policies, cost, peek, now)
+
+    def _decide(
+        self, keys: list[str], policies: Sequence[Policy], cost: int, peek: bool, now: int
+    ) -> Verdict:
+        states = [self._get(k, now) for k in keys]
+        verdict, writes = decide(states, PolicySet.of(policies).specs, now, cost, peek)
+        if writes is not None:
+            for k, (state, ttl_us) in zip(keys, writes, strict=True):
+                # Scripts round TTLs up to whole milliseconds; so does the model.
+                self.entries[k] = (state, now + max(1, -(-ttl_us // 1000)) * 1000)
+            if len(self.entries) >= self._sweep_at:
+                self._sweep(now)
+        return verdict
+
+    def _get(self, key: str, now: int) -> Any:
+        entry = self.entries.get(key)
+        if entry is None:
+            return None
+        if entry[1] <= now:
+            del self.entries[key]
+            return None
+        return entry[0]
+
+    def _sweep(self, now: int) -> None:
+        # Amortised: sweep when the dicts have doubled since the last sweep.
+        self.entries = {k: e for k, e in self.entries.items() if e[1] > now}
+        for key in list(self.slots):
+            self._leases(key, now)
+        self._sweep_at = max(1024, 2 * (len(self.entries) + len(self.slots)))
+
+    def _now(self) -> int:
+        return round(self.clock() * 1_000_000)
+
+    def _leases(self, key: str, now: int) -> dict[str, int]:
+        """The leases of ``key`` that have not ended (pruned, like the scripts do)."""
+        leases = self.slots.get(key)
+        if leases is None:
+            return {}
+        for token in [t for t, ends in leases.items() if ends <= now]:
+            del leases[token]
+        if not leases:
+            del self.slots[key]
+        return leases
+
+    def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
+        with self._mutex:
+            key, now = slot_key(key, policy), self._now()
+            leases = self._leases(key, now)
+            if len(leases) >= policy.limit:
+                return Grant(False, len(leases), min(leases.values()) - now)
+            self.slots.setdefault(key, leases)[token] = now + policy.ttl_ms * 1000
+            if len(self.entries) + len(self.slots) >= self._sweep_at:
+                self._sweep(now)
+            return Grant(True, len(leases), 0)
+
+    def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
+        with self._mutex:
+            key = slot_key(key, policy)
+            leases = self._leases(key, self._now())
+            held = leases.pop(token, None) is not None
+            if not leases:
+                self.slots.pop(key, None)
+            return held
+
+    def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool:
+        with self._mutex:
+            now = self._now()
+            leases = self._leases(slot_key(key, policy), now)
+            if token not in leases:
+                return False
+            leases[token] = now + ttl_ms * 1000
+            return True
+
+    def reset(self, key: str, policies: Sequence[Policy]) -> None:
+        with self._mutex:
+            for k in policy_keys(key, policies):
+                self.entries.pop(k, None)
+
+
+class MemoryRateLimitBackend:
+    """Rate limits for one process (async API), with the Redis scripts' semantics."""
+
+    name = "memory"
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self._store = _Store(clock)
+
+    async def decide(
+        self,
+        key: str,
+        policies: Sequence[Policy],
+        cost: int,
+        peek: bool,
+        *,
+        now_us: int | None = None,
+    ) -> Verdict:
+        """Decide (see ``RateLimitBackend.decide``)."""
+        return self._store.decide(key, policies, cost, peek, now_us)
+
+    async def reset(self, key: str, policies: Sequence[Policy]) -> None:
+        """Forget ``key``."""
+        self._store.reset(key, policies)
+
+    async def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
+        """Take a concurrency slot (see ``ConcurrencyBackend``)."""
+        return self._store.acquire_slot(key, policy, token)
+
+    async def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
+        """Give a slot back; False when its lease had ended."""
+        return self._store.release_slot(key, policy, token)
+
+    async def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool:
+        """Renew a slot's lease; False when it had ended."""
+        return self._store.extend_slot(key, policy, token, ttl_ms)
+
+
+class SyncMemoryRateLimitBackend:
+    """Rate limits for one process (sync API), with the Redis scripts' semantics."""
+
+    name = "memory"
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self._store = _Store(clock)
+
+    def decide(
+        self,
+        key: str,
+        policies: Sequence[Policy],
+        cost: int,
+        peek: bool,
+        *,
+        now_us: int | None = None,
+    ) -> Verdict:
+        """Decide (see ``RateLimitBackend.decide``)."""
+        return self._store.decide(key, policies, cost, peek, now_us)
+
+    def reset(self, key: str, policies: Sequence[Policy]) -> None:
+        """Forget ``key``."""
+        self._store.reset(key, policies)
+
+    def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
+        """Take a concurrency slot (see ``ConcurrencyBackend``)."""
+        return self._store.acquire_slot(key, policy, token)
+
+    def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
+        """Give a slot back; False when its lease had ended."""
+        return self._store.release_slot(key, policy, token)
+
+    def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool:
+        """Renew a slot's lease; False when it had ended."""
+        return self._store.extend_slot(key, policy, token, ttl_ms)

@@ -1,0 +1,256 @@
+"""The Redis rate-limit backend (single node or Cluster), async and sync shells.
+
+Both shells build the call with ``decide_call`` and parse the reply with
+``Verdict.from_reply``; a decision is one EVALSHA of ``rl_decide.lua``, preceded
+by the algorithm files its policies use (``decide_script``), NOSCRIPT recovered
+on the same call.
+Concurrency slots are one EVALSHA per acquire, release or renewal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis
+from redis import asyncio as aioredis
+
+from headway._redis.errors import UNAVAILABLE, unavailable
+from headway._redis.scripts import Script
+from headway._redis.wire import Packed, SyncWire, Wires, forget, pack, pack_keys
+from headway.ratelimit.backends.contract import decide_call, state_keys
+from headway.ratelimit.model import Verdict
+from headway.ratelimit.policies import Concurrency, Policy, PolicySet
+from headway.ratelimit.slots import Grant, slot_key
+
+__all__ = ["RedisRateLimitBackend", "SyncRedisRateLimitBackend", "decide_script"]
+
+ALGORITHMS = {
+    1: "rl_token_bucket",
+    2: "rl_leaky_bucket",
+    3: "rl_fixed_window",
+    4: "rl_sliding_log",
+    5: "rl_sliding_counter",
+}
+_DECIDE: dict[tuple[int, ...], Script] = {}
+#: Whether calls go over headway's pipelined connection (``_wire``) unless told otherwise.
+COALESCE = True
+SLOT_ACQUIRE = Script("rl_slot_acquire")
+SLOT_RELEASE = Script("rl_slot_release")
+SLOT_EXTEND = Script("rl_slot_extend")
+
+
+def decide_script(policies: Sequence[Policy]) -> Script:
+    """``rl_decide.lua`` with just the algorithms ``policies`` use (Lua defines them per call)."""
+    kinds = PolicySet.of(policies).kinds
+    script = _DECIDE.get(kinds)
+    if script is None:
+        include = ("rl_common", *(ALGORITHMS[kind] for kind in kinds))
+        script = _DECIDE[kinds] = Script("rl_decide", include=include)
+    return script
+
+
+def _kept(cache: dict[Any, Packed], key: Any, packed: Packed, bound: int) -> Packed:
+    """Remember ``packed`` under ``key``, starting afresh once ``bound`` entries are kept."""
+    if len(cache) >= bound:
+        cache.clear()
+    cache[key] = packed
+    return packed
+
+
+def _packed_args(policies: PolicySet, cost: int, peek: bool) -> Packed:
+    # Costs vary little; a caller that varies them a lot pays packing.
+    return policies.packed.get((cost, peek)) or _kept(
+        policies.packed, (cost, peek), pack(decide_call("", policies, cost, peek, None)[1]), 64
+    )
+
+
+def _packed_state_keys(key: str, policies: PolicySet) -> Packed:
+    # A flood of distinct keys re-packs; a hot set stays packed.
+    return policies.packed_keys.get(key) or _kept(
+        policies.packed_keys, key, pack_keys(state_keys(key, policies)), 4096
+    )
+
+
+class RedisRateLimitBackend:
+    """Rate limits on one Redis server or a Redis Cluster (``redis.asyncio`` client).
+
+    The latency budget is the limiter's (``RateLimiter(budget=...)``); connection
+    and socket timeouts on the client bound what the budget cannot interrupt.
+    With ``coalesce`` (the default), the scripts go over one pipelined connection
+    per event loop that headway drives itself (see ``_wire``): a lone decision is
+    written at once, decisions made concurrently share writes. ``coalesce=False``,
+    or a Cluster client, sends every call through redis-py.
+    """
+
+    name = "redis"
+
+    def __init__(self, client: Any, *, coalesce: bool = COALESCE) -> None:
+        self.client = client
+        self._wires = Wires(client, coalesce)
+        self.coalesce = self._wires.enabled
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, timeout: float = 1.0, coalesce: bool = COALESCE, **options: Any
+    ) -> RedisRateLimitBackend:
+        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
+        options.setdefault("socket_connect_timeout", timeout)
+        options.setdefault("socket_timeout", timeout)
+        return cls(aioredis.Redis.from_url(url, **options), coalesce=coalesce)
+
+    async def decide(
+        self,
+        key: str,
+        policies: Sequence[Policy],
+        cost: int,
+        peek: bool,
+        *,
+        now_us: int | None = None,
+    ) -> Verdict:
+        """Decide (see ``RateLimitBackend.decide``): one EVALSHA."""
+        script = decide_script(policies)
+        keys: Sequence[str]
+        args: Sequence[int | str] | Packed
+        if now_us is None and isinstance(policies, PolicySet):
+            # Every argument but the cost is the limiter's own: packed once per cost.
+            keys, args = tuple(state_keys(key, policies)), _packed_args(policies, cost, peek)
+        else:
+            keys, args = decide_call(key, policies, cost, peek, now_us)
+        try:
+            reply = await self._wires.call(script, keys, args)
+        except UNAVAILABLE as exc:
+            raise unavailable(exc) from exc
+        return Verdict.from_reply(reply)
+
+    def submit(
+        self, key: str, policies: PolicySet, cost: int, peek: bool, timeout: float
+    ) -> asyncio.Future[Any] | None:
+        """Write a decision now and return the future of ``rl_decide.lua``'s reply.
+
+        The limiter's hot path (``decision_from_reply`` reads the reply): no coroutine
+        of its own, the budget is the call's ``timeout`` (redis-py's ``TimeoutError``).
+        None when the call cannot be written at once (no connection yet, or calls go
+        through redis-py): use ``decide``.
+        """
+        wire = self._wires.ready()
+        if wire is None:
+            return None
+        script = _DECIDE.get(policies.kinds) or decide_script(policies)
+        args = _packed_args(policies, cost, peek)
+        return wire.submit(script, _packed_state_keys(key, policies), args, None, timeout)
+
+    async def aclose(self) -> None:
+        """Return headway's connection to the client's pool (the client stays the caller's)."""
+        await self._wires.aclose()
+
+    async def reset(self, key: str, policies: Sequence[Policy]) -> None:
+        """Delete every policy's state for ``key``."""
+        try:
+            await self.client.delete(*state_keys(key, policies))
+        except UNAVAILABLE as exc:
+            raise unavailable(exc) from exc
+
+    async def _slot(
+        self,
+        script: Script,
+        key: str,
+        policy: Concurrency,
+        args: list[Any],
+        orphan: Callable[[Any], object] | None = None,
+    ) -> Any:
+        try:
+            return await self._wires.call(script, [slot_key(key, policy)], args, orphan)
+        except UNAVAILABLE as exc:
+            raise unavailable(exc) from exc
+
+    async def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
+        """Take a concurrency slot (see ``ConcurrencyBackend``): one EVALSHA."""
+        args = [token, policy.limit, policy.ttl_ms]
+
+        def orphan(reply: Any) -> None:  # granted to a caller who gave up: give it back
+            wire = self._wires.ready()
+            if wire is not None and Grant.from_reply(reply).granted:
+                forget(wire.submit(SLOT_RELEASE, [slot_key(key, policy)], [token]))
+
+        return Grant.from_reply(await self._slot(SLOT_ACQUIRE, key, policy, args, orphan))
+
+    async def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
+        """Give a slot back; False when its lease had ended."""
+        return bool(await self._slot(SLOT_RELEASE, key, policy, [token]))
+
+    async def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool:
+        """Renew a slot's lease; False when it had ended."""
+        return bool(await self._slot(SLOT_EXTEND, key, policy, [token, ttl_ms]))
+
+
+class SyncRedisRateLimitBackend:
+    """The synchronous Redis backend (``redis.Redis`` or ``redis.cluster.RedisCluster``).
+
+    The latency budget is the client's socket timeout: set it with ``from_url``.
+    With ``direct`` (the default) the scripts go over sockets headway drives itself
+    (``_wire.SyncWire``); ``direct=False``, or a Cluster client, goes through redis-py.
+    """
+
+    name = "redis"
+
+    def __init__(self, client: Any, *, direct: bool = True) -> None:
+        self.client = client
+        self._wire = SyncWire(client, direct)
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, timeout: float = 1.0, direct: bool = True, **options: Any
+    ) -> SyncRedisRateLimitBackend:
+        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
+        options.setdefault("socket_connect_timeout", timeout)
+        options.setdefault("socket_timeout", timeout)
+        return cls(redis.Redis.from_url(url, **options), direct=direct)
+
+    def close(self) -> None:
+        """Close headway's connections (the client stays the caller's)."""
+        self._wire.close()
+
+    def decide(
+        self,
+        key: str,
+        policies: Sequence[Policy],
+        cost: int,
+        peek: bool,
+        *,
+        now_us: int | None = None,
+    ) -> Verdict:
+        """Decide (see ``RateLimitBackend.decide``): one EVALSHA."""
+        keys, args = decide_call(key, policies, cost, peek, now_us)
+        try:
+            reply = self._wire.call(decide_script(policies), keys, args)
+        except UNAVAILABLE as exc:
+            raise unavailable(exc) from exc
+        return Verdict.from_reply(reply)
+
+    def reset(self, key: str, policies: Sequence[Policy]) -> None:
+        """Delete every policy's state for ``key``."""
+        try:
+            self.client.delete(*state_keys(key, policies))
+        except UNAVAILABLE as exc:
+            raise unavailable(exc) from exc
+
+    def _slot(self, script: Script, key: str, policy: Concurrency, args: list[Any]) -> Any:
+        try:
+            return self._wire.call(script, [slot_key(key, policy)], args)
+        except UNAVAILABLE as exc:
+            raise unavailable(exc) from exc
+
+    def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
+        """Take a concurrency slot (see ``ConcurrencyBackend``): one EVALSHA."""
+        args = [token, policy.limit, policy.ttl_ms]
+        return Grant.from_reply(self._slot(SLOT_ACQUIRE, key, policy, args))
+
+    def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
+        """Give a slot back; False when its lease had ended."""
+        return bool(self._slot(SLOT_RELEASE, key, policy, [token]))
+
+    def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool:
+        """Renew a slot's lease; False when it had ended."""
+        return bool(self._slot(SLOT_EXTEND, key, policy, [token, ttl_ms]))

@@ -1,0 +1,132 @@
+"""Find a request's route template (``/users/{id}``) before the app routes it.
+
+A middleware runs before the router, so it asks the router's routes the same
+question the router will: each route's ``matches(scope)``, first full match
+wins, else the first partial one (a wrong method: the route still names the
+request). Mounts are searched recursively and their prefix joined to the
+inner template; a mounted app without routes (static files) is named
+``<prefix>/{path}``. FastAPI's lazily included routers are searched through
+their candidates, which carry the prefixed templates. Convertors are dropped
+(``{id:int}`` -> ``{id}``) so rules are written the way paths read.
+
+The routes come from ``scope["app"]`` (which Starlette and FastAPI set before
+running their middleware stack) or, for a middleware wrapped around the app
+by hand, from the wrapped app (followed through ``.app`` attributes). Any
+other framework can pass its own ``route=`` function to the middleware.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from starlette.routing import Match
+
+from headway._http import Scope
+
+__all__ = ["RouteCache", "RouteFunction", "starlette_route"]
+
+RouteFunction = Callable[[Scope], "str | None"]
+
+_CONVERTOR = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*):[^}]*\}")
+
+
+def _routes_of(app: Any) -> Sequence[Any] | None:
+    for _ in range(16):  # middleware chains are short; a cycle must not hang us
+        if app is None:
+            return None
+        routes = getattr(app, "routes", None)
+        if isinstance(routes, list):
+            return routes
+        app = getattr(app, "app", None)
+    return None
+
+
+def _candidates(route: Any) -> list[Any] | None:
+    """The routes inside ``route``: a Mount's or Host's, or a lazily included FastAPI router's."""
+    effective = getattr(route, "effective_candidates", None)
+    if callable(effective):
+        # FastAPI >= 0.16x keeps included routers as one route; its candidates carry the
+        # prefixed template (``path_format``) or a prefixed Starlette route.
+        return [getattr(c, "starlette_route", None) or c for c in effective()]
+    inner = getattr(route, "routes", None)
+    return inner if isinstance(inner, list) else None
+
+
+def _search(routes: Sequence[Any], scope: Scope) -> tuple[bool, str | None]:
+    """(full match?, template) of the route the router would pick, else (False, None)."""
+    partial: str | None = None
+    for route in routes:
+        inner = _candidates(route)
+        if inner is not None and hasattr(route, "effective_candidates"):
+            full, template = _search(inner, scope)
+        else:
+            match, child = route.matches(scope)
+            if match is Match.NONE:
+                continue
+            full = match is Match.FULL
+            if inner is None:
+                template = getattr(route, "path_format", None) or getattr(route, "path", "")
+            elif inner:  # a Mount or a Host with routes: look inside, after its prefix
+                prefix = getattr(route, "path", "")
+                found = _search(inner, {**scope, **child})[1]
+                template = None if found is None else prefix + found
+            else:  # a mounted app without routes (static files...)
+                template = getattr(route, "path", "") + "/{path}"
+        if full:  # where the router stops, even if nothing inside a mount matches
+            return True, template
+        if partial is None:
+            partial = template
+    return False, partial
+
+
+def _template(routes: Sequence[Any], scope: Scope) -> str | None:
+    template = _search(routes, scope)[1]
+    if template is None or ":" not in template:
+        return template
+    return _CONVERTOR.sub(r"{\1}", template)
+
+
+def starlette_route(scope: Scope, app: Any = None) -> str | None:
+    """The template of the Starlette/FastAPI route that will serve ``scope``, or None."""
+    routes = _routes_of(scope.get("app")) or _routes_of(app)
+    return _template(routes, scope) if routes else None
+
+
+class RouteCache:
+    """``starlette_route`` behind a small LRU cache of recently seen requests.
+
+    The key holds everything routing reads (method, path, root path, host) and
+    the route list's identity and length, so a route added later is seen; the
+    cache is bounded, so paths full of ids cannot grow it.
+    """
+
+    def __init__(self, app: Any, size: int = 4096) -> None:
+        self.app = app
+        self.size = size
+        self.cache: collections.OrderedDict[tuple[Any, ...], str | None] = collections.OrderedDict()
+
+    def __call__(self, scope: Scope) -> str | None:
+        routes = _routes_of(scope.get("app")) or _routes_of(self.app)
+        if not routes:
+            return None
+        host = None
+        for name, value in scope.get("headers", ()):
+            if name.lower() == b"host":
+                host = value
+                break
+        key = (
+            id(routes), len(routes), scope["type"], scope.get("method"),
+            scope.get("root_path", ""), scope["path"], host,
+        )  # fmt: skip
+        try:
+            self.cache.move_to_end(key)
+            return self.cache[key]
+        except KeyError:
+            pass
+        template = self.cache[key] = _template(routes, scope)
+        if len(self.cache) > self.size:
+            self.cache.popitem(last=False)
+        return template

@@ -1,0 +1,252 @@
+"""``Rule``: which requests a set of policies guards, whose quota they charge, at what cost.
+
+A rule is a plain value; the middleware (or the decorator) binds it to a
+backend as a ``BoundRule``, which owns the rule's ``RateLimiter``, its
+serialized header items, and decides whether it applies to a request.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import hashlib
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal, cast
+
+from headway._clock import Clock
+from headway._http import Scope
+from headway.ratelimit.backends.contract import ConcurrencyBackend, RateLimitBackend
+from headway.ratelimit.concurrency import ConcurrencyLimiter
+from headway.ratelimit.core import check_policies
+from headway.ratelimit.http.headers import concurrency_item, policy_item, sf_string
+from headway.ratelimit.http.identity import ApiKey, AuthenticatedUser, ClientAddress, Identity
+from headway.ratelimit.limiter import RateLimiter
+from headway.ratelimit.policies import Concurrency, OnError, Policy
+
+__all__ = ["BoundRule", "CostFunction", "Limit", "Pattern", "Rule"]
+
+CostFunction = Callable[[Scope], "int | Awaitable[int]"]
+Pattern = str | re.Pattern[str]
+Per = Literal["rule", "route", "path"]
+#: What a rule may hold: rate policies, and at most one in-flight limit.
+Limit = Policy | Concurrency
+
+_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+
+
+def _check_patterns(field: str, patterns: Sequence[Pattern]) -> tuple[Pattern, ...]:
+    if isinstance(patterns, str | re.Pattern):
+        raise TypeError(f"Rule.{field} takes a list of patterns, not one pattern")
+    for pattern in patterns:
+        if not isinstance(pattern, str | re.Pattern):
+            raise TypeError(f"Rule.{field}: not a template or a pattern: {pattern!r}")
+    return tuple(patterns)
+
+
+def _matches(patterns: Sequence[Pattern], subject: str) -> bool:
+    for pattern in patterns:
+        if isinstance(pattern, re.Pattern):
+            if pattern.search(subject):
+                return True
+        elif "*" in pattern:
+            if fnmatch.fnmatchcase(subject, pattern):
+                return True
+        elif pattern == subject:
+            return True
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """Policies guarding the requests that match ``routes`` and ``methods``.
+
+    - ``policies``: one policy, several (checked together, all-or-nothing), or
+      a mapping naming each one in the headers (default names: the rule's
+      ``name``, or ``name-1``, ``name-2``... for several). One of them may be
+      a ``Concurrency`` limit: the request then holds a slot while it runs,
+      released when its response ends, its client leaves or the app raises.
+    - ``routes``: route templates (``"/users/{id}"``), glob patterns on
+      templates (``"/admin/*"``) or compiled regexes searched in the raw path;
+      empty means every request. Templates come from the app's router, so
+      ``/users/1`` and ``/users/2`` match the same rule. ``exempt`` uses the
+      same syntax to leave routes out. ``methods``: empty means all.
+    - ``cost``: units per request, or a function of the scope (sync or async).
+    - ``identity``: whose quota is charged (default: the middleware's); a
+      list tries each in turn; an identity returning None skips the rule.
+    - ``per``: one quota per identity for the whole rule (``"rule"``), per
+      route template (``"route"``), or per concrete path (``"path"``).
+    - ``fail``: ``"open"`` or ``"closed"`` when the backend errs or is too
+      slow (default: each policy's ``on_error``).
+    - ``shadow``: decide, log, report and set headers, but never reject.
+    """
+
+    policies: Limit | Sequence[Limit] | Mapping[str, Limit]
+    routes: Sequence[Pattern] = ()
+    methods: Collection[str] = ()
+    exempt: Sequence[Pattern] = ()
+    cost: int | CostFunction = 1
+    identity: Identity | Sequence[Identity] | None = None
+    name: str = "default"
+    per: Per = "rule"
+    fail: Literal["open", "closed"] | None = None
+    shadow: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+            raise ValueError(
+                f"Rule.name must be 1-64 letters, digits, '_', '.' or '-', got {self.name!r}"
+            )
+        _check_patterns("routes", self.routes)
+        _check_patterns("exempt", self.exempt)
+        if self.per not in ("rule", "route", "path"):
+            raise ValueError(f"Rule.per must be 'rule', 'route' or 'path', got {self.per!r}")
+        if self.fail not in (None, "open", "closed"):
+            raise ValueError(f"Rule.fail must be 'open', 'closed' or None, got {self.fail!r}")
+        if isinstance(self.cost, bool) or not (isinstance(self.cost, int) or callable(self.cost)):
+            raise TypeError(f"Rule.cost must be an int or a function, got {self.cost!r}")
+        rates, slots = _split(self.named_policies())
+        if len(slots) > 1:
+            raise ValueError("a rule holds at most one Concurrency limit")
+        if rates or not slots:
+            check_policies(list(rates.values()))
+
+    def named_policies(self) -> dict[str, Limit]:
+        """The rule's policies by the name the headers give them."""
+        policies = self.policies
+        if isinstance(policies, Mapping):
+            return dict(policies)
+        if not isinstance(policies, Sequence):
+            return {self.name: policies}
+        if len(policies) == 1:
+            return {self.name: policies[0]}
+        return {f"{self.name}-{i}": p for i, p in enumerate(policies, 1)}
+
+
+def _split(named: dict[str, Limit]) -> tuple[dict[str, Policy], dict[str, Concurrency]]:
+    rates = {n: p for n, p in named.items() if not isinstance(p, Concurrency)}
+    slots = {n: p for n, p in named.items() if isinstance(p, Concurrency)}
+    return rates, slots
+
+
+async def _resolve(value: object) -> object:
+    return await value if inspect.isawaitable(value) else value
+
+
+#: Identities that answer at once with a str or None (exact types: a subclass may not).
+_SYNC_IDENTITIES = (ClientAddress, ApiKey, AuthenticatedUser)
+
+
+class BoundRule:
+    """A rule on a backend: its limiter, header items, and request matching."""
+
+    def __init__(
+        self,
+        rule: Rule,
+        backend: RateLimitBackend,
+        default_identity: Identity | Sequence[Identity],
+        *,
+        budget: float,
+        retry_on_error: float,
+        cache_blocked: bool | int,
+        clock: Clock | None = None,
+    ) -> None:
+        rates, slots = _split(rule.named_policies())
+        if rule.fail is not None:
+            on_error: OnError = "allow" if rule.fail == "open" else "deny"
+            rates = {n: dataclasses.replace(p, on_error=on_error) for n, p in rates.items()}
+            slots = {n: dataclasses.replace(p, on_error=on_error) for n, p in slots.items()}
+        self.rule = rule
+        self.name = rule.name
+        #: What keys start with: the name, unless the decorator makes it unique per endpoint.
+        self.prefix = rule.name
+        self.names = list(rates)
+        self.limiter: RateLimiter | None = None
+        if rates:
+            self.limiter = RateLimiter(
+                *rates.values(),
+                backend=backend,
+                budget=budget,
+                retry_on_error=retry_on_error,
+                cache_blocked=cache_blocked,
+                clock=clock,
+            )
+        self.header_names = [sf_string(n) for n in self.names]
+        self.policy_items = [policy_item(n, p) for n, p in rates.items()]
+        self.concurrency: ConcurrencyLimiter | None = None
+        self.slot_name = self.slot_header = ""
+        for name, policy in slots.items():
+            if not hasattr(backend, "acquire_slot"):
+                raise TypeError(f"backend {backend!r} cannot hold concurrency slots")
+            self.concurrency = ConcurrencyLimiter(
+                policy,
+                backend=cast(ConcurrencyBackend, backend),
+                budget=budget,
+                retry_on_error=retry_on_error,
+                clock=clock,
+            )
+            self.slot_name, self.slot_header = name, sf_string(name)
+            self.policy_items.append(concurrency_item(name, policy.limit))
+        #: The ``RateLimit-Policy`` items, serialized once (they never change).
+        self.policy_field = ", ".join(self.policy_items).encode()
+        self.methods = frozenset(m.upper() for m in rule.methods)
+        identity = rule.identity if rule.identity is not None else default_identity
+        self.identities: tuple[Identity, ...] = (
+            tuple(identity) if isinstance(identity, Sequence) else (identity,)
+        )
+        #: The rule's one identity when it answers at once (the guard then calls it directly).
+        self.sync_identity: Callable[[Scope], str | None] | None = None
+        if len(self.identities) == 1 and type(self.identities[0]) in _SYNC_IDENTITIES:
+            self.sync_identity = cast(Callable[[Scope], "str | None"], self.identities[0])
+        #: The cost when it is a constant (no function to call).
+        self.fixed_cost = rule.cost if isinstance(rule.cost, int) else None
+        self.shadow = rule.shadow
+
+    def applies(self, method: str, route: str | None, path: str) -> bool:
+        """Whether the rule guards this request (``route`` is the template, if known)."""
+        if self.methods and method not in self.methods:
+            return False
+        subject = route if route is not None else path
+        rule = self.rule
+        if rule.routes and not _matches(rule.routes, subject):
+            return False
+        return not (rule.exempt and _matches(rule.exempt, subject))
+
+    async def identify(self, scope: Scope) -> str | None:
+        """The first identity that applies to the request, or None."""
+        for identity in self.identities:
+            found = identity(scope)
+            if type(found) is str:
+                return found
+            if found is None:
+                continue
+            value = await _resolve(found)
+            if value is not None:
+                if not isinstance(value, str):
+                    raise TypeError(f"identity {identity!r} returned {value!r}, not a str")
+                return value
+        return None
+
+    async def cost(self, scope: Scope) -> int:
+        """The units this request costs."""
+        cost = self.rule.cost
+        if isinstance(cost, int):
+            return cost
+        value = await _resolve(cost(scope))
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"cost function {cost!r} returned {value!r}, not an int")
+        return value
+
+    def key(self, identity: str, route: str | None, path: str) -> str:
+        """The limiter key: rule name, then (per route or path) a digest, then the identity.
+
+        The name and the digest hold no ``/``, so two different requests can
+        never produce the same key, whatever the identity contains.
+        """
+        if self.rule.per == "rule":
+            return f"{self.prefix}/{identity}"
+        where = (route if route is not None else "-") if self.rule.per == "route" else path
+        digest = hashlib.blake2b(where.encode("utf-8", "surrogatepass"), digest_size=8)
+        return f"{self.prefix}/{digest.hexdigest()}/{identity}"

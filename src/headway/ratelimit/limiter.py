@@ -1,0 +1,210 @@
+"""``RateLimiter`` and ``SyncRateLimiter``: policies on a backend, with failure modes.
+
+Both are thin shells over the same pure parts (``_core``, ``_decision``): they
+differ only in how they call the backend and how they sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Sequence
+
+from redis import exceptions as redis_errors
+
+from headway._clock import Clock, MonotonicClock
+from headway._errors import BackendUnavailable
+from headway.ratelimit.backends.contract import RateLimitBackend, SyncRateLimitBackend
+from headway.ratelimit.backends.memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
+from headway.ratelimit.backends.redis import RedisRateLimitBackend
+from headway.ratelimit.core import BlockedCache, Budget, check_cost, check_policies, check_seconds
+from headway.ratelimit.decision import Decision, decision_from, decision_from_reply, fallback
+from headway.ratelimit.policies import Policy
+
+__all__ = ["RateLimiter", "SyncRateLimiter"]
+
+#: A backend that failed or ran out of budget; on the Redis fast path, its connection lost
+#: or the call's timeout passed.
+_FAILED = (
+    BackendUnavailable,
+    TimeoutError,
+    redis_errors.ConnectionError,
+    redis_errors.TimeoutError,
+)
+
+
+def _pause(decision: Decision, deadline: float, now: float) -> float | None:
+    """How long ``wait`` sleeps before trying again, or None to return ``decision``."""
+    if decision.allowed or decision.failed or decision.retry_after > deadline - now:
+        return None
+    # A little jitter so that clients blocked together do not all retry together.
+    return decision.retry_after + random.uniform(0, min(0.05, decision.retry_after * 0.1))
+
+
+class _Shell:
+    def __init__(
+        self,
+        policies: Sequence[Policy],
+        budget: float,
+        retry_on_error: float,
+        cache_blocked: bool | int,
+        clock: Clock | None,
+    ) -> None:
+        self.policies = check_policies(policies)
+        self.budget = check_seconds("budget", budget)
+        self.retry_on_error = check_seconds("retry_on_error", retry_on_error)
+        self.clock: Clock = clock or MonotonicClock()
+        self.cache: BlockedCache | None = None
+        if cache_blocked:
+            size = 10_000 if cache_blocked is True else int(cache_blocked)
+            self.cache = BlockedCache(self.clock, size)
+
+    def _cached(self, key: str, cost: int) -> Decision | None:
+        if type(key) is not str and not isinstance(key, str):
+            raise TypeError(f"key must be a str, not {type(key).__name__}")
+        check_cost(cost, self.policies)
+        return None if self.cache is None else self.cache.get(key, cost)
+
+    def _failed(self) -> Decision:
+        return fallback(self.policies, self.retry_on_error)
+
+    def _remember(self, key: str, cost: int, decision: Decision, sent: float) -> Decision:
+        if self.cache is not None:
+            self.cache.put(key, cost, decision, sent)
+        return decision
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(map(repr, self.policies))})"
+
+
+class RateLimiter(_Shell):
+    """Several policies guarding each key, checked together in one backend call.
+
+    ``budget`` bounds every backend call in seconds: a backend that fails or is
+    slower gives the failure-mode decision (allowed only if every policy says
+    ``on_error="allow"``; ``retry_on_error`` is its ``retry_after`` when denied).
+    ``cache_blocked`` (True or a number of keys) answers rejections for keys
+    known to be blocked without a round trip. With no backend, an in-memory one
+    serves this process.
+    """
+
+    def __init__(
+        self,
+        *policies: Policy,
+        backend: RateLimitBackend | None = None,
+        budget: float = 0.25,
+        retry_on_error: float = 1.0,
+        cache_blocked: bool | int = False,
+        clock: Clock | None = None,
+    ) -> None:
+        super().__init__(policies, budget, retry_on_error, cache_blocked, clock)
+        self.backend: RateLimitBackend = backend or MemoryRateLimitBackend()
+        self._budget = Budget(self.budget)
+
+    async def _decide(self, key: str, cost: int, peek: bool) -> Decision:
+        if (cached := self._cached(key, cost)) is not None:
+            return cached
+        sent = 0.0 if self.cache is None else self.clock()
+        backend = self.backend
+        try:
+            if type(backend) is RedisRateLimitBackend and (
+                (reply := backend.submit(key, self.policies, cost, peek, self.budget)) is not None
+            ):
+                # Written at once: await the reply itself (the budget is the call's timeout),
+                # not a stack of coroutines around it.
+                decision = decision_from_reply(await reply, self.policies)
+            else:
+                deciding = backend.decide(key, self.policies, cost, peek)
+                if type(backend) is MemoryRateLimitBackend:
+                    verdict = await deciding  # it never suspends: no budget can run out
+                else:
+                    if self._budget.seconds != self.budget:  # changed since: follow it
+                        self._budget = Budget(self.budget)
+                    verdict = await self._budget.run(deciding)
+                decision = decision_from(verdict, self.policies)
+        except _FAILED:
+            return self._failed()
+        if self.cache is not None and not decision.allowed:
+            self.cache.put(key, cost, decision, sent)
+        return decision
+
+    async def hit(self, key: str, cost: int = 1) -> Decision:
+        """Charge ``cost`` units to ``key`` if every policy admits them."""
+        return await self._decide(key, cost, peek=False)
+
+    async def peek(self, key: str, cost: int = 1) -> Decision:
+        """The decision ``hit`` would make, without charging anything."""
+        return await self._decide(key, cost, peek=True)
+
+    async def reset(self, key: str) -> None:
+        """Forget ``key``'s usage under every policy (raises BackendUnavailable on failure)."""
+        if self.cache is not None:
+            self.cache.forget(key)
+        await self.backend.reset(key, self.policies)
+
+    async def wait(self, key: str, cost: int = 1, *, timeout: float = 10.0) -> Decision:
+        """Hit ``key`` until admitted, for at most ``timeout`` seconds.
+
+        Returns the admitting decision, or the last rejection as soon as the
+        next retry could not succeed in time (or a failure-mode decision).
+        """
+        deadline = self.clock() + check_seconds("timeout", timeout)
+        while True:
+            decision = await self.hit(key, cost)
+            if (pause := _pause(decision, deadline, self.clock())) is None:
+                return decision
+            await asyncio.sleep(pause)
+
+
+class SyncRateLimiter(_Shell):
+    """The synchronous ``RateLimiter``: the same calls, for code without an event loop.
+
+    The latency budget is enforced by the backend's client (its socket timeout,
+    see ``SyncRedisRateLimitBackend.from_url``); failures within it give the
+    failure-mode decision as in ``RateLimiter``.
+    """
+
+    def __init__(
+        self,
+        *policies: Policy,
+        backend: SyncRateLimitBackend | None = None,
+        retry_on_error: float = 1.0,
+        cache_blocked: bool | int = False,
+        clock: Clock | None = None,
+    ) -> None:
+        super().__init__(policies, 0.0, retry_on_error, cache_blocked, clock)
+        self.backend: SyncRateLimitBackend = backend or SyncMemoryRateLimitBackend()
+
+    def _decide(self, key: str, cost: int, peek: bool) -> Decision:
+        if (cached := self._cached(key, cost)) is not None:
+            return cached
+        sent = self.clock()
+        try:
+            verdict = self.backend.decide(key, self.policies, cost, peek)
+        except BackendUnavailable:
+            return self._failed()
+        return self._remember(key, cost, decision_from(verdict, self.policies), sent)
+
+    def hit(self, key: str, cost: int = 1) -> Decision:
+        """Charge ``cost`` units to ``key`` if every policy admits them."""
+        return self._decide(key, cost, peek=False)
+
+    def peek(self, key: str, cost: int = 1) -> Decision:
+        """The decision ``hit`` would make, without charging anything."""
+        return self._decide(key, cost, peek=True)
+
+    def reset(self, key: str) -> None:
+        """Forget ``key``'s usage under every policy."""
+        if self.cache is not None:
+            self.cache.forget(key)
+        self.backend.reset(key, self.policies)
+
+    def wait(self, key: str, cost: int = 1, *, timeout: float = 10.0) -> Decision:
+        """Hit ``key`` until admitted, for at most ``timeout`` seconds (see ``RateLimiter``)."""
+        deadline = self.clock() + check_seconds("timeout", timeout)
+        while True:
+            decision = self.hit(key, cost)
+            if (pause := _pause(decision, deadline, self.clock())) is None:
+                return decision
+            time.sleep(pause)

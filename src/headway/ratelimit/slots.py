@@ -1,0 +1,126 @@
+"""Concurrency slots: the values a concurrency limiter returns, and their pure helpers.
+
+A slot is a lease on one place among a key's requests in flight. The backend
+keeps, per key, the set of lease tokens and when each lease ends; a lease
+that is neither released nor renewed simply ends, so a holder that dies
+frees its slot after ``ttl``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from headway._keys import tagged
+from headway.ratelimit.decision import _FAILED_CLOSED, _FAILED_OPEN, Source
+from headway.ratelimit.policies import Concurrency
+
+__all__ = ["Admission", "Grant", "Slot", "admitted", "failed_admission", "slot_key"]
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A backend's answer to a slot request: granted or not, slots in flight, µs to wait."""
+
+    granted: bool
+    in_flight: int
+    wait_us: int
+
+    @classmethod
+    def from_reply(cls, reply: Sequence[Any]) -> Grant:
+        """Parse ``rl_slot_acquire.lua``'s reply."""
+        granted, in_flight, wait_us = (int(v) for v in reply)
+        return cls(bool(granted), in_flight, wait_us)
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """Proof of holding a concurrency slot: give it back with ``release``.
+
+    ``deadline`` is the monotonic time until which the slot is surely held;
+    it is counted from *before* the request was sent, so it never overstates
+    the lease.
+    """
+
+    key: str
+    policy: Concurrency
+    token: str
+    deadline: float
+    ttl: float
+
+    def remaining(self, now: float | None = None) -> float:
+        """Seconds of the lease left (negative once it ended)."""
+        return self.deadline - (time.monotonic() if now is None else now)
+
+    def renewed(self, ttl_ms: int, sent: float) -> Slot:
+        """This slot after a renewal for ``ttl_ms`` sent at ``sent``."""
+        return Slot(self.key, self.policy, self.token, sent + ttl_ms / 1000, ttl_ms / 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """Whether work may start under a concurrency limit, and the slot it then holds.
+
+    ``in_flight`` counts the slots held right after the decision (this one
+    included when admitted). ``retry_after`` is, when refused, the time until
+    the first lease ends even if nobody releases it: an upper bound, since any
+    release frees a slot earlier. ``slot`` is ``None`` when refused, or when a
+    failure mode admitted the work without asking the backend (``source``
+    says which).
+    """
+
+    allowed: bool
+    limit: int
+    in_flight: int
+    retry_after: float
+    policy: Concurrency
+    slot: Slot | None = None
+    source: Source = Source.BACKEND
+
+    @property
+    def remaining(self) -> int:
+        """Slots still free right after the decision."""
+        return max(0, self.limit - self.in_flight)
+
+    @property
+    def failed(self) -> bool:
+        """True when the backend did not decide (a failure mode answered instead)."""
+        return self.source is _FAILED_OPEN or self.source is _FAILED_CLOSED
+
+    def __bool__(self) -> bool:
+        return self.allowed
+
+
+def slot_key(key: str, policy: Concurrency) -> str:
+    """The key holding ``key``'s slots (same hash tag as its rate-limit state)."""
+    return tagged("rl", key, policy.key_part)[0]
+
+
+def admitted(grant: Grant, key: str, policy: Concurrency, token: str, sent: float) -> Admission:
+    """The admission a backend's grant means, for a request sent at monotonic ``sent``."""
+    slot = None
+    if grant.granted:
+        slot = Slot(key, policy, token, sent + policy.ttl_ms / 1000, policy.ttl_ms / 1000)
+    return Admission(
+        allowed=grant.granted,
+        limit=policy.limit,
+        in_flight=grant.in_flight,
+        retry_after=grant.wait_us / 1e6,
+        policy=policy,
+        slot=slot,
+    )
+
+
+def failed_admission(policy: Concurrency, retry_after: float) -> Admission:
+    """The admission when the backend failed: the policy's ``on_error`` decides."""
+    allow = policy.on_error == "allow"
+    return Admission(
+        allowed=allow,
+        limit=policy.limit,
+        in_flight=0,
+        retry_after=0.0 if allow else retry_after,
+        policy=policy,
+        source=Source.FAILED_OPEN if allow else Source.FAILED_CLOSED,
+    )
