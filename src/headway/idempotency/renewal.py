@@ -28,9 +28,10 @@ log = logging.getLogger("headway.idempotency")
 
 
 class LeaseRenewal:
-    """Renew a claimed record's lease, and the lock's (``lease`` on ``lock``), while a block runs.
+    """Renew a claimed record's lease, and the request's lock lease, while a block runs.
 
-    ``resource`` is the request's lock resource, named by a ``LockLost``.
+    ``lock`` is the lock and its lease, or None when the database alone excludes
+    (``database_fallback``). ``resource`` is what a ``LockLost`` names.
     ``claimed_at`` is the monotonic time the claim was sent: the record's lease is
     counted from then. Renewals come every third of ``ttl``; the first one starts a
     task, so a block that ends sooner costs a timer only. If a renewal is refused
