@@ -5,7 +5,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from headway import BackendUnavailable, RecordStore
-from headway.idempotency.store import Claim, ClaimOutcome, StoredResponse
+from headway.idempotency.record import Claim, ClaimOutcome, StoredResponse
 from headway.idempotency.table import Status, db_now, records
 
 pytestmark = pytest.mark.anyio

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Collection
 from typing import Any
 
-from headway._errors import BackendUnavailable, LockLost, LockNotAcquired
+from headway._errors import BackendUnavailable, LockLost, LockNotAcquired, LockNotOwned
 from headway._http import ASGIApp, Receive, Scope, Send, header_values, send_problem, send_response
 from headway.idempotency.capture import BodyTooLarge, Capture, read_body, replaying
-from headway.idempotency.lease import RecordLease
+from headway.idempotency.record import ClaimOutcome, Record, StoredResponse
+from headway.idempotency.renewal import LeaseRenewal
 from headway.idempotency.request import (
     InvalidKey,
     ScopeFunction,
@@ -22,9 +22,9 @@ from headway.idempotency.request import (
     scope_id,
     storable_headers,
 )
-from headway.idempotency.store import ClaimOutcome, Record, RecordStore, StoredResponse
+from headway.idempotency.store import RecordStore
 from headway.idempotency.table import Status
-from headway.lock.backend import LockBackend
+from headway.lock.backend import LockBackend, complete
 from headway.lock.backends.memory import MemoryLockBackend
 from headway.lock.lease import Lease, new_token
 from headway.lock.lock import Lock
@@ -130,53 +130,55 @@ class IdempotencyMiddleware:
         request = _Request(caller, key, fingerprint(scope, body))
         try:
             await self._handle(request, scope, replaying(body, receive), send)
-        except BackendUnavailable as exc:
-            if request.started:
-                raise
+        except (BackendUnavailable, LockLost) as exc:
+            if request.responded:
+                raise  # the client already has part of a response: it can only be cut
+            await self._unavailable(exc, send)
+
+    async def _unavailable(self, exc: BackendUnavailable | LockLost, send: Send) -> None:
+        """503: a backend could not answer, or the request lost its lease; nothing is stored."""
+        if isinstance(exc, LockLost):
+            log.warning("lease lost on an idempotent request; its response is not stored")
+            problem = "idempotency-lease-lost"
+            detail = "The request lost its lock before it finished; nothing was stored. Retry."
+        else:
             log.warning("idempotency unavailable (%s): %s", exc.backend, exc)
-            await send_problem(
-                send, 503, f"idempotency-{exc.backend}-unavailable", "Service Unavailable",
-                "The idempotency record could not be checked; nothing was done. Retry later.",
-                headers=[(b"retry-after", self.retry_after)],
-            )  # fmt: skip
+            problem = f"idempotency-{exc.backend}-unavailable"
+            detail = "The idempotency record could not be checked; nothing was done. Retry later."
+        await send_problem(
+            send, 503, problem, "Service Unavailable", detail,
+            headers=[(b"retry-after", self.retry_after)],
+        )  # fmt: skip
 
     async def _handle(self, request: _Request, scope: Scope, receive: Receive, send: Send) -> None:
         record = await self.store.get(request.caller, request.key)
         if record is not None and await self._answer(record, request, send):
             return
-        lock = Lock(
-            self.lock_backend,
-            f"idempotency/{request.caller}/{request.key}",
-            ttl=self.lease_ttl,
-            timeout=self.wait,
-        )
+        lock = Lock(self.lock_backend, request.resource, ttl=self.lease_ttl, timeout=self.wait)
         try:
-            try:
-                async with lock.hold() as lease:
-                    if await self._claim_and_run(request, lease, scope, receive, send):
-                        return
-            except BackendUnavailable as exc:
-                if exc.backend == "database" or not self.database_fallback or request.claimed:
-                    raise
-                log.warning("lock backend down, excluding by the database alone: %s", exc)
-                if await self._claim_and_run(request, None, scope, receive, send):
-                    return
+            lease: Lease | None = await lock.acquire()
         except LockNotAcquired:
-            if self.wait > 0:
+            if self.wait > 0:  # the holder finished meanwhile, or the wait ran out
                 record = await self.store.get(request.caller, request.key)
                 if record is not None and record.status is Status.COMPLETED:
                     await self._answer(record, request, send)
                     return
-        except LockLost:
-            log.warning("lease lost on an idempotent request; its response is not stored")
-            if request.started:
-                raise
-            await send_problem(
-                send, 503, "idempotency-lease-lost", "Service Unavailable",
-                "The request lost its lock before it finished; nothing was stored. Retry.",
-                headers=[(b"retry-after", self.retry_after)],
-            )  # fmt: skip
+            await self._in_use(send)
             return
+        except BackendUnavailable as exc:
+            if exc.backend == "database" or not self.database_fallback:
+                raise
+            log.warning("lock backend down, excluding by the database alone: %s", exc)
+            lease = None
+        try:
+            ran = await self._claim_and_run(request, lock, lease, scope, receive, send)
+        finally:
+            if lease is not None:
+                await _release(lock, lease)
+        if not ran:
+            await self._in_use(send)
+
+    async def _in_use(self, send: Send) -> None:
         await send_problem(
             send, 409, "idempotency-key-in-use", "Request in progress",
             "A request with this Idempotency-Key is still being processed. Retry later.",
@@ -184,10 +186,15 @@ class IdempotencyMiddleware:
         )  # fmt: skip
 
     async def _claim_and_run(
-        self, request: _Request, lease: Lease | None, scope: Scope, receive: Receive, send: Send
+        self,
+        request: _Request,
+        lock: Lock,
+        lease: Lease | None,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
     ) -> bool:
-        """Claim the record and run the app; False if someone else holds it."""
-        request.claimed = True
+        """Claim the record and run the app (``lease``: on ``lock``); False if someone has it."""
         sent = time.monotonic()
         claim = await self.store.claim(
             request.caller,
@@ -197,13 +204,16 @@ class IdempotencyMiddleware:
             lease_token=new_token() if lease is None else lease.token,
             lease_ttl=self.lease_ttl,
         )
-        if claim.outcome is ClaimOutcome.CLAIMED:
-            assert claim.fence is not None
-            backend = RecordLease(self.store, request.caller, request.key, claim.fence, sent)
-            async with Lock(backend, f"record/{claim.fence}", ttl=self.lease_ttl).hold():
-                await self._run(request, claim.fence, scope, receive, send)
-            return True
-        return claim.record is not None and await self._answer(claim.record, request, send)
+        if claim.outcome is not ClaimOutcome.CLAIMED:
+            return claim.record is not None and await self._answer(claim.record, request, send)
+        assert claim.fence is not None
+        renewal = LeaseRenewal(
+            request.resource, self.store, request.caller, request.key, claim.fence,
+            sent, self.lease_ttl, None if lease is None else (lock, lease),
+        )  # fmt: skip
+        async with renewal:
+            await self._run(request, claim.fence, scope, receive, send)
+        return True
 
     async def _answer(self, record: Record, request: _Request, send: Send) -> bool:
         """Answer from an existing record: 422, a replay or 410; False if still in flight."""
@@ -231,12 +241,16 @@ class IdempotencyMiddleware:
     async def _run(
         self, request: _Request, fence: int, scope: Scope, receive: Receive, send: Send
     ) -> None:
+        """Run the app on our claimed record; store its response (fenced) or release the record."""
         capture = Capture(send, self.max_body)
         request.capture = capture
         try:
             await self.app(scope, receive, capture.send)
         except BaseException:
-            await _shielded(self.store.release(request.caller, request.key, fence))
+            try:
+                await complete(self.store.release(request.caller, request.key, fence))
+            except Exception as exc:  # the app's error matters more
+                log.warning("could not release an idempotency record: %s", exc)
             raise
         status = capture.status
         # 429: refused before it ran (say, by a rate limiter mounted inside): a retry must
@@ -249,36 +263,40 @@ class IdempotencyMiddleware:
                 # A newer lease took over: this response must not reach the client whole.
                 raise LockLost(
                     f"fence {fence} was superseded; the response was not stored",
-                    resource=f"idempotency/{request.caller}/{request.key}",
+                    resource=request.resource,
                 )
         await capture.finish()
 
 
 class _Request:
-    __slots__ = ("caller", "capture", "claimed", "fingerprint", "key")
+    """One request with a key; ``capture`` is set once its app runs."""
+
+    __slots__ = ("caller", "capture", "fingerprint", "key")
 
     def __init__(self, caller: str, key: str, fingerprint: str) -> None:
         self.caller = caller
         self.key = key
         self.fingerprint = fingerprint
         self.capture: Capture | None = None
-        self.claimed = False
 
     @property
-    def started(self) -> bool:
+    def resource(self) -> str:
+        """The lock resource (and what a lost lease names)."""
+        return f"idempotency/{self.caller}/{self.key}"
+
+    @property
+    def responded(self) -> bool:
+        """Whether the client has seen the start of the app's response."""
         return self.capture is not None and self.capture.started
 
 
-async def _shielded(aw: Any) -> None:
-    """Run a clean-up to the end even if we are being cancelled; never raise from it."""
-    task = asyncio.ensure_future(aw)
+async def _release(lock: Lock, lease: Lease) -> None:
+    """Release the request's lock; a lapsed or unreachable lock expires by its TTL."""
     try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        await asyncio.wait([task])
-        raise
-    except Exception as exc:  # the original error matters more
-        log.warning("could not release an idempotency record: %s", exc)
+        await lock.release(lease)
+    except (LockNotOwned, BackendUnavailable) as exc:
+        # The record settled under its own fenced writes: the lock's end changes nothing.
+        log.warning("releasing %r failed; it expires by its TTL: %s", lease.resource, exc)
 
 
 def idempotent(**options: Any) -> Callable[[Callable[..., Any]], ASGIApp]:

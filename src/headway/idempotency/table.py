@@ -15,7 +15,7 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 
-__all__ = ["Status", "db_now", "metadata", "records"]
+__all__ = ["Status", "db_now", "metadata", "records", "row_of"]
 
 metadata = sa.MetaData()
 
@@ -54,6 +54,11 @@ records = sa.Table(
     sa.CheckConstraint("status IN ('PROCESSING', 'COMPLETED')", name="ck_headway_idem_status"),
     sa.Index("ix_headway_idempotency_records_expires_at", "expires_at"),
 )
+
+
+def row_of(scope: str, key: str) -> sa.ColumnElement[bool]:
+    """The condition that picks the record of (scope, key)."""
+    return sa.and_(records.c.scope == scope, records.c.key == key)
 
 
 class db_now(sa.sql.expression.FunctionElement[Any]):

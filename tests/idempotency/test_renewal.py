@@ -1,0 +1,73 @@
+"""A record taken over by another worker: the first handler is cancelled, its write refused."""
+
+import asyncio
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from headway import LockLost, MemoryLockBackend, RecordStore
+from headway.idempotency.claim import claim_record
+from headway.idempotency.record import ClaimOutcome
+from headway.idempotency.table import db_now, records
+
+from .apps import Bank, make_app
+from .test_middleware import connect, pay
+
+pytestmark = pytest.mark.anyio
+
+
+async def take_over(store: RecordStore) -> int:
+    """Another worker takes the record over, as once the first one's lease ran out: its fence.
+
+    One transaction ends the lease and claims, so the first worker's renewal cannot
+    slip in between: it waits for the row and then finds it is no longer its own.
+    """
+    async with store.engine.begin() as conn:
+        query = sa.select(records.c.scope, records.c.key, records.c.fingerprint)
+        scope, key, fingerprint = (await conn.execute(query)).one()
+        await conn.execute(records.update().values(lease_expires_at=db_now(-1)))
+        claim = await claim_record(
+            conn, scope, key, fingerprint, fence=None, lease_token="peer", lease_ttl=30, ttl=60
+        )
+    assert claim.outcome is ClaimOutcome.CLAIMED
+    assert claim.fence is not None
+    return claim.fence
+
+
+async def record(store: RecordStore) -> tuple[str, int]:
+    async with store.engine.connect() as conn:
+        status, fence = (await conn.execute(sa.select(records.c.status, records.c.fence))).one()
+        return status, fence
+
+
+async def test_taken_over_record_cancels_the_handler(store: RecordStore) -> None:
+    bank = Bank()
+    app = make_app(bank, store=store, lock_backend=MemoryLockBackend(), lease_ttl=0.3)
+    async with connect(app) as client:
+        bank.proceed.clear()
+        first = asyncio.ensure_future(pay(client, "k"))
+        await bank.entered.wait()
+        fence = await take_over(store)
+        response = await first  # its next renewal (every 0.1 s) is refused
+        bank.proceed.set()
+    assert response.status_code == 503
+    assert response.json()["type"].endswith("/idempotency-lease-lost")
+    assert bank.charges == []  # cancelled before its side effect
+    assert await record(store) == ("PROCESSING", fence)  # the new worker's record, untouched
+
+
+async def test_taken_over_record_refuses_the_late_completion(store: RecordStore) -> None:
+    bank = Bank()
+    app = make_app(bank, store=store, lock_backend=MemoryLockBackend(), lease_ttl=30)
+    transport = httpx.ASGITransport(app=app)  # the app's error reaches the test
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        bank.proceed.clear()
+        first = asyncio.ensure_future(pay(client, "k"))
+        await bank.entered.wait()
+        fence = await take_over(store)  # before its first renewal (at 10 s) could notice
+        bank.proceed.set()
+        with pytest.raises(LockLost, match="superseded"):
+            await first  # the response started, and is cut instead of finished
+    assert len(bank.charges) == 1
+    assert await record(store) == ("PROCESSING", fence)  # nothing stored over it
