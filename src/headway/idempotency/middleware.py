@@ -24,8 +24,8 @@ from headway.idempotency.request import (
 )
 from headway.idempotency.store import ClaimOutcome, Record, RecordStore, StoredResponse
 from headway.idempotency.table import Status
-from headway.lock.backend import LockBackend
 from headway.lock.backends.memory import MemoryLockBackend
+from headway.lock.contract import LockBackend
 from headway.lock.lease import Lease, new_token
 from headway.lock.lock import Lock
 
