@@ -101,7 +101,7 @@ class Attempt:
 
     @classmethod
     def from_reply(cls, reply: list[int]) -> Attempt:
-        """Parse the ``lock_acquire`` script's ``{granted, value}`` reply."""
+        """Parse the ``lock/acquire`` script's ``{granted, value}`` reply."""
         granted, value = int(reply[0]), int(reply[1])
         return cls(True, fence=value) if granted else cls(False, pttl_ms=value)
 
