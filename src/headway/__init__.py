@@ -14,11 +14,12 @@ from headway._errors import (
 )
 from headway.idempotency.middleware import IdempotencyMiddleware, idempotent
 from headway.idempotency.store import RecordStore
-from headway.lock.backend import LockBackend, SyncLockBackend
 from headway.lock.backends.memory import MemoryLockBackend
 from headway.lock.backends.postgres import PostgresLockBackend
-from headway.lock.backends.redis.backend import RedisLockBackend, SyncRedisLockBackend
+from headway.lock.backends.redis.backend import RedisLockBackend
+from headway.lock.backends.redis.sync_backend import SyncRedisLockBackend
 from headway.lock.backends.redlock import RedlockBackend
+from headway.lock.contract import LockBackend, SyncLockBackend
 from headway.lock.fencing import fenced_update, fenced_update_statement, fenced_update_sync
 from headway.lock.lease import Lease
 from headway.lock.lock import Lock, SyncLock

@@ -77,16 +77,22 @@ async def test_noscript_is_recovered_on_the_same_call(
     assert await asyncio.gather(*(wires.call(INCR, ["n"], []) for _ in range(5))) == [2, 3, 4, 5, 6]
 
 
-async def test_a_reply_nobody_waits_for_goes_to_the_orphan(wires: Wires) -> None:
+async def test_a_reply_nobody_waits_for_goes_to_the_orphan(
+    wires: Wires, redis_client: aioredis.Redis
+) -> None:
     await wires.call(INCR, ["warm"], [])  # connected: calls are written before any await
     for turns in range(3):
         orphaned: list[Any] = []
+        # Writes paused: the call is sent but not answered until we unpause, however
+        # fast the server (a reply inside the loop turns below would not be orphaned).
+        await redis_client.client_pause(10_000, all=False)
         task = asyncio.create_task(wires.call(INCR, ["n"], [], orphaned.append))
         for _ in range(turns + 1):
             await asyncio.sleep(0)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        await redis_client.client_unpause()
         # Calls on one connection run in order: once this one is answered, so was that one.
         n = await wires.call(INCR, ["n"], [])
         assert orphaned == [n - 1]

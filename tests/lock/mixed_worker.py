@@ -5,8 +5,8 @@ read the shared counter, yield, write it back plus one, log the lease's fence,
 leave (``DECR``), release. Tasks of this process ride on each other's releases;
 other processes' tasks queue in Redis, so both kinds of hand-over happen. Prints
 one JSON line: sections per task, the most holders ever seen inside, and how
-the acquires went (async: ``rides`` on the rider's short path, ``general`` through
-the flow; sync: ``rides``, attempts that rode, and ``general``, acquires).
+the attempts went: ``rides``, answered by a ride on a holder of this process, and
+``queued``, sent to Redis and refused (so the attempt queued there).
 
 Usage: python -m tests.lock.mixed_worker async|sync REDIS_URL RESOURCE TASKS SECTIONS
 """
@@ -28,19 +28,21 @@ from headway import Lock, RedisLockBackend, SyncLock, SyncRedisLockBackend
 async def main(url: str, resource: str, tasks: int, sections: int) -> None:
     client = aioredis.Redis.from_url(url)
     backend = RedisLockBackend(client)
-    counts = {"rides": 0, "general": 0}
-    ride, general = backend._ride_acquire, backend._acquire
+    counts = {"rides": 0, "queued": 0}
+    ride, attempt = backend._ride, backend._try
 
-    async def counted_ride(*args: object) -> object:
-        counts["rides"] += 1
-        return await ride(*args)  # type: ignore[arg-type]
+    def counted_ride(*args: Any) -> Any:
+        ridden = ride(*args)
+        counts["rides"] += ridden is not None
+        return ridden
 
-    async def counted_general(*args: object) -> object:
-        counts["general"] += 1
-        return await general(*args)  # type: ignore[arg-type]
+    async def counted_try(*args: Any) -> Any:
+        tried = await attempt(*args)
+        counts["queued"] += not tried.granted
+        return tried
 
-    backend._ride_acquire = counted_ride  # type: ignore[method-assign,assignment]
-    backend._acquire = counted_general  # type: ignore[method-assign,assignment]
+    backend._ride = counted_ride  # type: ignore[method-assign,assignment]
+    backend._try = counted_try  # type: ignore[method-assign,assignment]
     lock = Lock(backend, resource, ttl=10, timeout=30)
     done = [0] * tasks
     crowd = 0
@@ -68,8 +70,8 @@ async def main(url: str, resource: str, tasks: int, sections: int) -> None:
 def main_sync(url: str, resource: str, threads: int, sections: int) -> None:
     client = redis.Redis.from_url(url)
     backend = SyncRedisLockBackend(client)
-    counts = {"rides": 0, "general": 0}
-    ride, guard = backend._ride, threading.Lock()
+    counts = {"rides": 0, "queued": 0}
+    ride, attempt, guard = backend._ride, backend._try, threading.Lock()
 
     def counted_ride(*args: Any) -> Any:
         ridden = ride(*args)
@@ -77,7 +79,14 @@ def main_sync(url: str, resource: str, threads: int, sections: int) -> None:
             counts["rides"] += ridden is not None
         return ridden
 
+    def counted_try(*args: Any) -> Any:
+        tried = attempt(*args)
+        with guard:
+            counts["queued"] += not tried.granted
+        return tried
+
     backend._ride = counted_ride  # type: ignore[method-assign,assignment]
+    backend._try = counted_try  # type: ignore[method-assign,assignment]
     lock = SyncLock(backend, resource, ttl=10, timeout=30)
     done = [0] * threads
     crowd = 0
@@ -86,8 +95,6 @@ def main_sync(url: str, resource: str, threads: int, sections: int) -> None:
         nonlocal crowd
         for _ in range(sections):
             lease = lock.acquire()
-            with guard:
-                counts["general"] += 1
             inside = int(client.incr(f"{resource}:inside"))
             crowd = max(crowd, inside)
             value = int(client.get(f"{resource}:counter") or 0)

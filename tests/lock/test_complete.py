@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from headway.lock.backend import complete
+from headway.lock.driver import complete
 
 pytestmark = pytest.mark.anyio
 

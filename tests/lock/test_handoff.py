@@ -11,10 +11,8 @@ slowly; every step each waiter takes is logged and compared exactly.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
 import pytest
@@ -22,7 +20,8 @@ from redis import asyncio as aioredis
 
 import headway
 from headway.lock import flow as _flow
-from headway.lock.backend import AsyncWaiter, QueuedBackend, SyncWaiter
+from headway.lock.contract import AsyncWaiter, SyncWaiter
+from headway.lock.driver import QueuedBackend
 from headway.lock.flow import Attempt, Try
 
 GUARD = 10.0  # seconds; only reached when a wake-up is lost
@@ -79,14 +78,6 @@ class _LoggedWaiter:
         return handed
 
 
-@contextlib.asynccontextmanager
-async def _logged(
-    listen: AbstractAsyncContextManager[AsyncWaiter], log: Log, waiter: str
-) -> AsyncIterator[AsyncWaiter]:
-    async with listen as wake:
-        yield _LoggedWaiter(wake, log, waiter)
-
-
 class _LoggedSyncWaiter:
     def __init__(self, wake: SyncWaiter, log: Log, waiter: str) -> None:
         self.wake, self.log, self.waiter = wake, log, waiter
@@ -99,43 +90,38 @@ class _LoggedSyncWaiter:
         return handed
 
 
-@contextlib.contextmanager
-def _logged_sync(
-    listen: AbstractContextManager[SyncWaiter], log: Log, waiter: str
-) -> Iterator[SyncWaiter]:
-    with listen as wake:
-        yield _LoggedSyncWaiter(wake, log, waiter)
-
-
 def _note(log: Log, step: Try, attempt: Attempt) -> Attempt:
     log.add(step.waiter, "granted" if attempt.granted else "refused")
     return attempt
 
 
-class LoggedRedis(headway.RedisLockBackend):
+class _Logged(QueuedBackend):
+    """Logs every attempt (ridden or sent) and every wait of the backend it is mixed into."""
+
+    log: Log
+
+    async def _attempt(self, resource: str, step: Try) -> Attempt:
+        return _note(self.log, step, await super()._attempt(resource, step))
+
+    async def _listen(self, resource: str, waiter: str) -> AsyncWaiter:
+        wake = await super()._listen(resource, waiter)  # type: ignore[safe-super]
+        return _LoggedWaiter(wake, self.log, waiter)
+
+    def _join(self, resource: str, waiter: str) -> AsyncWaiter | None:
+        wake = super()._join(resource, waiter)
+        return None if wake is None else _LoggedWaiter(wake, self.log, waiter)
+
+
+class LoggedRedis(_Logged, headway.RedisLockBackend):
     def __init__(self, client: Any, log: Log) -> None:
         super().__init__(client)
         self.log = log
 
-    async def _try(self, resource: str, step: Try) -> Attempt:
-        return _note(self.log, step, await super()._try(resource, step))
 
-    def _listen(self, resource: str, waiter: str) -> AbstractAsyncContextManager[Any]:
-        return _logged(super()._listen(resource, waiter), self.log, waiter)
-
-
-class LoggedMemory(headway.MemoryLockBackend):
+class LoggedMemory(_Logged, headway.MemoryLockBackend):
     def __init__(self, log: Log) -> None:
         super().__init__()
         self.log = log
-
-    async def _try(self, resource: str, step: Try) -> Attempt:
-        return _note(self.log, step, await super()._try(resource, step))
-
-    def _listen(  # type: ignore[override]  # the base is typed as its generator's CM
-        self, resource: str, waiter: str
-    ) -> AbstractAsyncContextManager[Any]:
-        return _logged(super()._listen(resource, waiter), self.log, waiter)
 
 
 class LoggedSyncRedis(headway.SyncRedisLockBackend):
@@ -143,11 +129,15 @@ class LoggedSyncRedis(headway.SyncRedisLockBackend):
         super().__init__(client)
         self.log = log
 
-    def _try(self, resource: str, step: Try) -> Attempt:
-        return _note(self.log, step, super()._try(resource, step))
+    def _attempt(self, resource: str, step: Try) -> Attempt:
+        return _note(self.log, step, super()._attempt(resource, step))
 
-    def _listen(self, resource: str, waiter: str) -> AbstractContextManager[Any]:
-        return _logged_sync(super()._listen(resource, waiter), self.log, waiter)
+    def _listen(self, resource: str, waiter: str) -> SyncWaiter:
+        return _LoggedSyncWaiter(super()._listen(resource, waiter), self.log, waiter)
+
+    def _join(self, resource: str, waiter: str) -> SyncWaiter | None:
+        wake = super()._join(resource, waiter)
+        return None if wake is None else _LoggedSyncWaiter(wake, self.log, waiter)
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ import pytest
 from redis import asyncio as aioredis
 
 import headway
-from headway.lock.backends.redis.backend import lock_keys
+from headway.lock.backends.redis.keys import lock_keys
 
 pytestmark = pytest.mark.anyio
 

@@ -121,7 +121,7 @@ async def test_waiter_is_woken_by_release_not_by_polling(
     holder = await lock.acquire()
     tries = 0
     queued = asyncio.Event()
-    original = backend._try  # type: ignore[attr-defined]
+    original = backend._attempt  # type: ignore[attr-defined]
 
     async def counting_try(*args: Any) -> Any:
         nonlocal tries
@@ -130,7 +130,7 @@ async def test_waiter_is_woken_by_release_not_by_polling(
         queued.set()
         return result
 
-    backend._try = counting_try  # type: ignore[attr-defined]
+    backend._attempt = counting_try  # type: ignore[attr-defined]
     waiter = asyncio.create_task(lock.acquire(timeout=30))
     await queued.wait()
     await lock.release(holder)
@@ -152,7 +152,7 @@ async def test_waiters_are_served_first_come_first_served(backend: LockBackend) 
         order.append(i)
         await lock.release(lease)
 
-    original = backend._try  # type: ignore[attr-defined]
+    original = backend._attempt  # type: ignore[attr-defined]
     tasks = []
     for i in range(5):
         # Start the next waiter only once the previous one holds its place in line.
@@ -161,10 +161,10 @@ async def test_waiters_are_served_first_come_first_served(backend: LockBackend) 
             queued[i].set()
             return result
 
-        backend._try = tracked  # type: ignore[attr-defined]
+        backend._attempt = tracked  # type: ignore[attr-defined]
         tasks.append(asyncio.create_task(waiter(i)))
         await queued[i].wait()
-    backend._try = original  # type: ignore[attr-defined]
+    backend._attempt = original  # type: ignore[attr-defined]
     await lock.release(holder)
     await asyncio.gather(*tasks)
     assert order == [0, 1, 2, 3, 4]

@@ -18,7 +18,7 @@ from headway import (
     SyncRedisRateLimitBackend,
 )
 from headway._errors import BackendUnavailable, ConcurrencyLimitExceeded, LockNotOwned
-from headway.lock.backend import complete
+from headway.lock.driver import complete
 from headway.ratelimit.policies import OnError
 from tests.servers import free_port
 

@@ -24,8 +24,9 @@ from headway.idempotency.request import (
 )
 from headway.idempotency.store import RecordStore
 from headway.idempotency.table import Status
-from headway.lock.backend import LockBackend, complete
 from headway.lock.backends.memory import MemoryLockBackend
+from headway.lock.contract import LockBackend
+from headway.lock.driver import complete
 from headway.lock.lease import Lease, new_token
 from headway.lock.lock import Lock
 

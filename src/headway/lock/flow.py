@@ -2,7 +2,7 @@
 
 The generator yields what to do next (``Try``, ``Wait``, ``Leave``) and is sent
 the outcome; it decides nothing by itself about I/O, so one copy of the logic
-serves both clients and every queued backend (Redis, memory).
+serves both clients and every queued backend (``headway.lock.driver`` drives it).
 
 Waiting is not polling: a waiter holds a place in the resource's FIFO queue and
 is woken by the releasing holder, which (on Redis) hands it the lock along with
@@ -101,7 +101,7 @@ class Attempt:
 
     @classmethod
     def from_reply(cls, reply: list[int]) -> Attempt:
-        """Parse the ``lock_acquire`` script's ``{granted, value}`` reply."""
+        """Parse the ``lock/acquire`` script's ``{granted, value}`` reply."""
         granted, value = int(reply[0]), int(reply[1])
         return cls(True, fence=value) if granted else cls(False, pttl_ms=value)
 
@@ -152,20 +152,17 @@ def acquire_flow(
     ttl: float,
     timeout: float,
     clock: Callable[[], float],
-    token: str | None = None,
     node: str = "",
-    began: float | None = None,
 ) -> Generator[Step, Attempt | bool | int | None, Lease]:
     """Acquire ``resource`` for ``ttl`` seconds, waiting up to ``timeout`` seconds.
 
-    ``token`` and ``began`` continue an acquire that started elsewhere (a ride, see
-    ``RedisLockBackend``): the same waiter, and the deadline counted from ``began``.
+    ``node`` names the backend in the waiter's id (see ``waiter_id``).
     """
     ttl_ms = check_ttl(ttl)
     timeout = check_timeout(timeout)
-    token = token or new_token()
+    token = new_token()
     waiter = waiter_id(token, ttl_ms, node) if timeout > 0 else ""
-    deadline = (clock() if began is None else began) + timeout
+    deadline = clock() + timeout
     listening = False
     while True:
         sent = clock()

@@ -11,7 +11,7 @@ from types import TracebackType
 
 from headway._clock import Clock, MonotonicClock
 from headway._errors import BackendUnavailable, LockLost, LockNotOwned
-from headway.lock.backend import LockBackend, SyncLockBackend
+from headway.lock.contract import LockBackend, SyncLockBackend
 from headway.lock.lease import Lease, _finite_seconds, check_timeout, check_ttl
 
 __all__ = ["Lock", "SyncLock"]

@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from headway._clock import Clock, MonotonicClock
 from headway._errors import BackendUnavailable, ConcurrencyLimitExceeded, LockNotOwned
-from headway.lock.backend import complete
+from headway.lock.driver import complete
 from headway.lock.lease import check_ttl, new_token
 from headway.ratelimit.backends.contract import ConcurrencyBackend, SyncConcurrencyBackend
 from headway.ratelimit.backends.memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend

@@ -21,7 +21,7 @@ from headway import (
     SyncLock,
     SyncRedisLockBackend,
 )
-from headway.lock.backends.redis.backend import (
+from headway.lock.backends.redis.keys import (
     ACQUIRE,
     LEAVE,
     RELEASE,
@@ -326,7 +326,7 @@ def test_a_sync_rider_that_gives_up_during_the_release_leaves_after_it(
     rider = threading.Thread(target=ride)
     rider.start()
     deadline = time.monotonic() + 5
-    while not sync_backend._held["ride"].riders:  # until it rides on `held`
+    while not sync_backend._riders.held["ride"].riders:  # until it rides on `held`
         assert time.monotonic() < deadline
         time.sleep(0.001)
     releaser = threading.Thread(target=lock.release, args=(held,))
@@ -491,20 +491,24 @@ async def riding(
     request: pytest.FixtureRequest, backend: RedisLockBackend
 ) -> AsyncIterator[RedisLockBackend]:
     """The backend, and how its riders ride: the first waiter of a resource goes through
-    the general flow (which subscribes to the channel); once other tasks listen, a rider
-    takes the short path (``_ride_acquire``). A listener that waits for nothing keeps
-    the channel subscribed for the second case."""
+    subscribes to the channel after its first attempt; once other tasks listen, a rider
+    joins them before its first attempt (``_join``, no I/O). A listener that waits for
+    nothing keeps the channel subscribed for the second case."""
     if request.param == "first waiter":
         yield backend
         return
-    async with backend._waker.listen(lock_keys("ride").channel, "spectator"):
+    channel = lock_keys("ride").channel
+    await backend._waker.listen(channel, "spectator")
+    try:
         yield backend
+    finally:
+        await backend._waker.part(channel, "spectator")
 
 
 async def _ridden(backend: RedisLockBackend, resource: str = "ride") -> None:
     """Return once a task rides on our holder of ``resource`` (bounded)."""
     async with asyncio.timeout(5):
-        while not backend._held[resource].riders:
+        while not backend._riders.held[resource].riders:
             await asyncio.sleep(0.001)
 
 

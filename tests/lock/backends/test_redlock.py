@@ -19,7 +19,7 @@ from redis.backoff import NoBackoff
 
 from headway import Lease, Lock
 from headway._errors import LockLost, LockNotAcquired, LockNotOwned
-from headway.lock.backends.redis.backend import lock_keys
+from headway.lock.backends.redis.keys import lock_keys
 from headway.lock.backends.redlock import RedlockBackend
 from headway.lock.lease import new_token
 from tests.servers import RedisServers, Server

@@ -1,1 +1,1 @@
-"""Lock backends, each implementing the contract in ``headway.lock.backend``."""
+"""Lock backends, each implementing the contract in ``headway.lock.contract``."""

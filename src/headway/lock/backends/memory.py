@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from headway._clock import Clock
-from headway.lock.backend import QueuedBackend
+from headway.lock.contract import AsyncWaiter
+from headway.lock.driver import QueuedBackend
 from headway.lock.flow import Attempt, Try
 
 __all__ = ["MemoryLockBackend"]
@@ -33,7 +33,7 @@ class _Waiter:
     def __init__(self, event: asyncio.Event) -> None:
         self.event = event
 
-    async def wait(self, seconds: float) -> None:
+    async def wait(self, seconds: float) -> None:  # the next attempt takes the lock
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):
                 await self.event.wait()
@@ -114,14 +114,16 @@ class MemoryLockBackend(QueuedBackend):
             self._wake_head(resource, state)
         self._forget_if_idle(resource, state)
 
-    def _listening(self, resource: str) -> bool:
+    def _join(self, resource: str, waiter: str) -> AsyncWaiter | None:
         # Registering is free here; skip it only when nobody holds or waits.
-        return resource in self._states
+        return self._register(resource, waiter) if resource in self._states else None
 
-    @contextlib.asynccontextmanager
-    async def _listen(self, resource: str, waiter: str) -> AsyncIterator[_Waiter]:
+    async def _listen(self, resource: str, waiter: str) -> AsyncWaiter:
+        return self._register(resource, waiter)
+
+    def _register(self, resource: str, waiter: str) -> _Waiter:
         event = self._events[resource, waiter] = asyncio.Event()
-        try:
-            yield _Waiter(event)
-        finally:
-            del self._events[resource, waiter]
+        return _Waiter(event)
+
+    async def _unlisten(self, resource: str, waiter: str) -> None:
+        del self._events[resource, waiter]

@@ -59,7 +59,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from headway._clock import Clock, MonotonicClock
 from headway._errors import BackendUnavailable, LockNotAcquired, LockNotOwned
-from headway.lock.backend import complete
+from headway.lock.driver import complete
 from headway.lock.lease import Lease, check_timeout, check_ttl, new_token
 
 __all__ = ["PostgresLockBackend", "advisory_key"]

@@ -7,14 +7,14 @@ send + ``ttl - drift`` (``drift = ttl * drift_factor + 2 ms``), so it has
 ``ttl - elapsed - drift`` left when granted, and must have some. A round
 that falls short is undone on every node, answering or not, and retried after
 a random delay until the timeout. Rounds never queue: each node sees single
-attempts (``lock_acquire`` with no waiter), and each round has a fresh token,
+attempts (``lock/acquire`` with no waiter), and each round has a fresh token,
 so a late release from an old round can never remove a newer round's key.
 
 Fencing across node failures
 ----------------------------
 Each granting node returns its own fence (INCR, floored by its clock in
 microseconds); the lease's fence ``t`` is the highest of them. Before the lease
-is returned, a write-back round (``lock_fence_raise``) raises every node's
+is returned, a write-back round (``lock/fence_raise``) raises every node's
 counter to at least ``t``, and the lease is granted only if a majority of nodes
 *that granted it* confirm, still holding the key: call that set ``H``.
 
@@ -55,22 +55,20 @@ from redis.backoff import NoBackoff
 from headway._clock import Clock, MonotonicClock
 from headway._errors import BackendUnavailable, LockNotAcquired, LockNotOwned
 from headway._redis.errors import UNAVAILABLE
-from headway._redis.scripts import Script
-from headway.lock.backend import complete
-from headway.lock.backends.redis.backend import (
+from headway.lock.backends.redis.keys import (
     ACQUIRE,
     EXTEND,
+    FENCE_RAISE,
     RELEASE,
     acquire_call,
     lock_keys,
     release_call,
 )
+from headway.lock.driver import complete
 from headway.lock.flow import Attempt, Try
 from headway.lock.lease import Lease, _finite_seconds, check_timeout, check_ttl, new_token
 
 __all__ = ["RedlockBackend"]
-
-_FENCE_RAISE = Script("lock_fence_raise")
 
 #: A node that answers with an error (out of memory, read-only replica) is a no, like one that
 #: does not answer; a bad argument on our side (DataError) is a bug and propagates.
@@ -197,7 +195,7 @@ class RedlockBackend:
             fence = max(fences.values())
             k = lock_keys(resource)
             acks = await self._everywhere(
-                lambda c: _FENCE_RAISE.run(c, [k.fence, k.owner], [fence, token])
+                lambda c: FENCE_RAISE.run(c, [k.fence, k.owner], [fence, token])
             )
             held = sum(1 for i in fences if acks[i] == 1)
             deadline = sent + ttl_ms / 1000 - self._drift(ttl_ms)

@@ -13,19 +13,15 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from headway.lock.backends.redis.keys import text
 from headway.lock.flow import Wake, parse_wake
 
 __all__ = ["SyncWaker"]
 
 log = logging.getLogger("headway.lock")
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class _ThreadWaiter:
@@ -41,7 +37,7 @@ class _ThreadWaiter:
 
 
 @dataclass
-class _Channel:
+class _ThreadChannel:
     subscribed: threading.Event = field(default_factory=threading.Event)
     waiters: dict[str, Wake[threading.Event]] = field(default_factory=dict)
 
@@ -62,23 +58,17 @@ class SyncWaker:
         self._lock = threading.Lock()
         self._pubsub: Any = None
         self._reader: threading.Thread | None = None
-        self._channels: dict[str, _Channel] = {}
+        self._channels: dict[str, _ThreadChannel] = {}
 
-    def ready(self, channel: str) -> bool:
-        """True if ``channel`` is subscribed already: a new listener then costs no I/O."""
-        with self._lock:
-            state = self._channels.get(channel)
-            return state is not None and state.subscribed.is_set()
-
-    @contextlib.contextmanager
-    def listen(self, channel: str, waiter: str) -> Iterator[_ThreadWaiter]:
-        """Route wake-ups addressed to ``waiter`` on ``channel`` to the waiter yielded."""
+    def listen(self, channel: str, waiter: str) -> _ThreadWaiter:
+        """Route wake-ups addressed to ``waiter`` on ``channel`` to the waiter returned,
+        subscribing first if nobody listens there yet; ``part`` ends it."""
         wake = Wake(threading.Event())
         with self._lock:
             state = self._channels.get(channel)
             shared = state is not None
             if state is None:
-                state = _Channel()
+                state = _ThreadChannel()
                 # If Redis does not answer, wait alone: waits are bounded, and the
                 # next attempt reports the outage.
                 if self._send("subscribe", channel):
@@ -87,13 +77,29 @@ class SyncWaker:
                     if self._reader is None:
                         self._start_reader()
             state.waiters[waiter] = wake
-        try:
-            if shared:
+        if shared:
+            try:
                 state.subscribed.wait(self._timeout)
-            yield _ThreadWaiter(wake)
-        finally:
-            with self._lock:
-                del state.waiters[waiter]
+            except BaseException:
+                self.part(channel, waiter)
+                raise
+        return _ThreadWaiter(wake)
+
+    def join(self, channel: str, waiter: str) -> _ThreadWaiter | None:
+        """Listen as ``listen`` does if that costs no I/O (``channel`` is subscribed),
+        else None."""
+        with self._lock:
+            state = self._channels.get(channel)
+            if state is None or not state.subscribed.is_set():
+                return None
+            wake = state.waiters[waiter] = Wake(threading.Event())
+        return _ThreadWaiter(wake)
+
+    def part(self, channel: str, waiter: str) -> None:
+        """Stop listening for ``waiter`` (after ``listen`` or ``join``)."""
+        with self._lock:
+            state = self._channels.get(channel)
+            if state is not None and state.waiters.pop(waiter, None) is not None:
                 self._drop_if_idle(channel, state)
 
     def hand(self, channel: str, waiter: str, fence: int | None) -> None:
@@ -114,7 +120,7 @@ class SyncWaker:
             return False
         return True
 
-    def _drop_if_idle(self, channel: str, state: _Channel) -> None:
+    def _drop_if_idle(self, channel: str, state: _ThreadChannel) -> None:
         # An unconfirmed subscription is kept until the reader sees its confirmation,
         # so a later subscription to the channel can never be confirmed by this one's.
         if (
@@ -173,7 +179,7 @@ class SyncWaker:
         return True
 
     def _route(self, message: dict[str, Any]) -> None:
-        name = _text(message["channel"])
+        name = text(message["channel"])
         with self._lock:
             state = self._channels.get(name)
             if state is None:
@@ -182,7 +188,7 @@ class SyncWaker:
                 state.subscribed.set()
                 self._drop_if_idle(name, state)
             elif message["type"] == "message":
-                waiter, fence = parse_wake(_text(message["data"]))
+                waiter, fence = parse_wake(text(message["data"]))
                 woken = state.waiters.get(waiter)
                 if woken is not None:
                     woken.set(fence)

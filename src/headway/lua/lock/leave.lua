@@ -1,4 +1,5 @@
 -- A waiter gives up its place (timeout or cancellation).
+-- Includes lock/handoff.lua (loaded before it): hand_off.
 -- KEYS[1] owner   string: token of the current holder
 -- KEYS[2] queue   zset: waiter id -> arrival time (us)
 -- KEYS[3] places  zset: waiter id -> server time (ms) after which its place is void
@@ -6,7 +7,7 @@
 -- ARGV[1] waiter  the waiter id leaving ("<token>:<ttl_ms>:<node>")
 -- ARGV[2] channel pub/sub channel of the waiters
 -- A lock handed to the leaving waiter meanwhile is released, and a free lock goes
--- to the next waiter (lock_handoff.lua): neither is lost with the one leaving.
+-- to the next waiter (hand_off): neither is lost with the one leaving.
 -- Returns 1.
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])

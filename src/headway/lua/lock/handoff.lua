@@ -1,4 +1,6 @@
--- Direct handoff, included by lock_release.lua and lock_leave.lua (not run alone).
+-- Shared functions of the lock scripts, included (prepended) by lock/acquire.lua,
+-- lock/release.lua and lock/leave.lua; never run alone. No KEYS or ARGV of its own:
+-- each function takes the keys and values it needs.
 -- A waiter id is "<token>:<ttl_ms>:<node>": the lease token it will hold, the TTL it
 -- asked for, and the client (backend instance) it waits in, which may be empty.
 

@@ -1,4 +1,5 @@
 -- Redlock's fence write-back: raise a node's fence counter to the lease's token.
+-- Includes nothing.
 -- KEYS[1] fence  integer: the last fencing token handed out for this resource
 -- KEYS[2] owner  string: token of the current holder
 -- ARGV[1] fence  the lease's fencing token (the highest its granting nodes returned)

@@ -1,4 +1,4 @@
--- Extend a lease that is still held.
+-- Extend a lease that is still held. Includes nothing.
 -- KEYS[1] owner  string: token of the current holder
 -- ARGV[1] token  the lease's token
 -- ARGV[2] ttl_ms the new TTL, counted from now

@@ -1,4 +1,6 @@
--- Acquire a lock lease, first come first served (lock_handoff.lua is included before).
+-- Acquire a lock lease, first come first served.
+-- Includes lock/handoff.lua (loaded before it): server_us, next_fence, enqueue,
+-- keep_queue, hand_off.
 -- KEYS[1] owner  string: token of the current holder, expiring with the lease (PX)
 -- KEYS[2] fence  integer: the last fencing token handed out for this resource
 -- KEYS[3] queue  zset: waiter id -> arrival time (us); the lowest score goes next

@@ -1,4 +1,5 @@
--- Release a lease and hand the lock to the next waiter (lock_handoff.lua).
+-- Release a lease and hand the lock to the next waiter.
+-- Includes lock/handoff.lua (loaded before it): server_us, enqueue, keep_queue, hand_off.
 -- KEYS[1] owner    string: token of the current holder
 -- KEYS[2] queue    zset: waiter id -> arrival time (us)
 -- KEYS[3] places   zset: waiter id -> server time (ms) after which its place is void

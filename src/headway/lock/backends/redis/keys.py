@@ -1,0 +1,117 @@
+"""The Redis lock's keys and scripts, and the pure helpers that build their calls.
+
+Every key of one lock shares a hash tag (``headway:{lock:<resource>}:...``),
+so the scripts run on Redis Cluster too. Redlock runs the same scripts on
+each of its nodes.
+"""
+
+from __future__ import annotations
+
+import functools
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from headway._keys import tagged
+from headway._redis.scripts import Script
+from headway.lock.flow import PLACE_MS, Try
+
+__all__ = [
+    "ACQUIRE",
+    "EXTEND",
+    "FENCE_RAISE",
+    "LEAVE",
+    "RELEASE",
+    "acquire_call",
+    "handed_to",
+    "leave_call",
+    "lock_keys",
+    "release_call",
+    "text",
+]
+
+ACQUIRE = Script("lock/acquire", include=("lock/handoff",))
+RELEASE = Script("lock/release", include=("lock/handoff",))
+EXTEND = Script("lock/extend")
+LEAVE = Script("lock/leave", include=("lock/handoff",))
+FENCE_RAISE = Script("lock/fence_raise")
+
+
+@dataclass(frozen=True, slots=True)
+class LockKeys:
+    """One lock's keys (see the scripts' headers) and each script's key tuple."""
+
+    owner: str
+    fence: str
+    queue: str
+    places: str
+    channel: str
+    # What each script is called with (tuples: the pipelined connection packs them once).
+    acquire: tuple[str, ...]
+    release: tuple[str, ...]
+    leave: tuple[str, ...]
+    extend: tuple[str, ...]
+
+
+@functools.lru_cache(maxsize=4096)
+def lock_keys(resource: str) -> LockKeys:
+    """The keys (and wake-up channel) of one lock, all under one hash tag."""
+    parts = ("owner", "fence", "queue", "places", "released", "wake")
+    owner, fence, queue, places, released, channel = tagged("lock", resource, *parts)
+    return LockKeys(
+        owner,
+        fence,
+        queue,
+        places,
+        channel,
+        acquire=(owner, fence, queue, places),
+        release=(owner, queue, places, released, fence),
+        leave=(owner, queue, places, fence),
+        extend=(owner,),
+    )
+
+
+def acquire_call(resource: str, step: Try, floor: int = 0) -> tuple[tuple[str, ...], list[Any]]:
+    """Keys and arguments of ``lock/acquire`` for one attempt."""
+    k = lock_keys(resource)
+    return k.acquire, [step.token, step.ttl_ms, step.waiter, step.place_ms, floor, k.channel]
+
+
+def release_call(
+    resource: str,
+    token: str,
+    node: str = "",
+    retried: bool = True,
+    riders: Sequence[str] = (),
+) -> tuple[tuple[str, ...], list[Any]]:
+    """Keys and arguments of one ``lock/release`` call.
+
+    ``node`` names the releasing client: its own waiters are handed the lock without
+    a message on the channel, as it tells them itself. A client that may send the
+    call again (``retried``: redis-py retries) gives it an id, so the script can
+    recognise the repeat. ``riders`` are waiter ids the release queues (see
+    ``riders.py``).
+    """
+    k = lock_keys(resource)
+    call = secrets.token_hex(8) if retried else ""
+    queue = (PLACE_MS, *riders) if riders else ()
+    return k.release, [token, k.channel, call, node, *queue]
+
+
+def handed_to(reply: Any) -> tuple[str, int] | None:
+    """The waiter and fence a ``lock/release`` reply handed the lock to, if any."""
+    if isinstance(reply, list):  # {1, waiter, fence}; a plain 1 or 0 otherwise
+        return text(reply[1]), int(reply[2])
+    return None
+
+
+def leave_call(resource: str, waiter: str) -> tuple[tuple[str, ...], list[Any]]:
+    """Keys and arguments of one ``lock/leave`` call."""
+    k = lock_keys(resource)
+    return k.leave, [waiter, k.channel]
+
+
+def text(value: Any) -> str:
+    """A reply or pub/sub field as ``str`` (clients may return bytes)."""
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,151 @@
+"""The synchronous Redis lock backend: the async shell's twin for threads.
+
+It sends the same scripts, built by ``keys``, keeps the same record of holders
+and riders (``riders``), and waits through ``sync_waker``; the acquire flow is
+``headway.lock.driver``'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import redis
+
+from headway._clock import Clock
+from headway._errors import BackendUnavailable
+from headway._redis.errors import UNAVAILABLE, unavailable
+from headway._redis.wire import SyncWire
+from headway.lock.backends.redis.keys import (
+    ACQUIRE,
+    EXTEND,
+    LEAVE,
+    RELEASE,
+    acquire_call,
+    leave_call,
+    lock_keys,
+    release_call,
+)
+from headway.lock.backends.redis.riders import Riders
+from headway.lock.backends.redis.sync_waker import SyncWaker
+from headway.lock.contract import SyncWaiter
+from headway.lock.driver import SyncQueuedBackend
+from headway.lock.flow import Attempt, Try
+
+__all__ = ["SyncRedisLockBackend"]
+
+T = TypeVar("T")
+
+
+class SyncRedisLockBackend(SyncQueuedBackend):
+    """The synchronous Redis backend (``redis.Redis`` or ``redis.cluster.RedisCluster``).
+
+    With ``direct`` (the default) the scripts go over sockets headway drives
+    itself (``headway._redis.wire.SyncWire``), one per thread in a call;
+    ``direct=False``, or a Cluster client, sends every call through redis-py.
+    The client's socket timeout bounds every round trip.
+
+    On those sockets a thread that asks for a lock one of our own threads holds
+    rides on the holder's release, as in ``RedisLockBackend`` (see ``riders``).
+    """
+
+    name = "redis"
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        timeout: float = 2.0,
+        direct: bool = True,
+        clock: Clock | None = None,
+    ) -> None:
+        super().__init__(clock)
+        self.client = client
+        self.timeout = timeout
+        self._wire = SyncWire(client, direct)
+        self._waker = SyncWaker(client, timeout, UNAVAILABLE)
+        # Threads share no socket: a rider's leave may overtake the release that
+        # queues it, so the releasing thread sends it.
+        self._riders = Riders(self._waker, ordered=False)
+        self.node = secrets.token_hex(4)
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, timeout: float = 2.0, direct: bool = True, **options: Any
+    ) -> SyncRedisLockBackend:
+        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
+        options.setdefault("socket_connect_timeout", timeout)
+        options.setdefault("socket_timeout", timeout)
+        return cls(redis.Redis.from_url(url, **options), timeout=timeout, direct=direct)
+
+    def _call(self, call: Callable[[], T]) -> T:
+        try:
+            return call()
+        except UNAVAILABLE as exc:
+            raise unavailable(exc, self.timeout) from exc
+
+    def _home(self) -> object:
+        """Where a rider may ride: on our own sockets only (None on redis-py's)."""
+        return self if self._wire.enabled else None
+
+    def _ride(self, resource: str, step: Try) -> Attempt | None:
+        if resource not in self._riders.held:  # the common case, without the mutex
+            return None
+        return self._riders.ride(resource, step, self.clock(), self._home())
+
+    def _try(self, resource: str, step: Try) -> Attempt:
+        keys, args = acquire_call(resource, step)
+        sent = self.clock()
+        attempt = Attempt.from_reply(self._call(lambda: self._wire.call(ACQUIRE, keys, args)))
+        if attempt.granted:
+            self._riders.hold(resource, step.token, step.ttl_ms, sent, self._home())
+        return attempt
+
+    def _release(self, resource: str, token: str) -> bool:
+        release = self._riders.releasing(resource, token)
+        sent = self.clock()  # the handed lease starts after this
+        retried = not self._wire.enabled
+        keys, args = release_call(resource, token, self.node, retried, release.riders)
+        reply: Any = None
+        try:
+            reply = self._call(lambda: self._wire.call(RELEASE, keys, args))
+        finally:
+            gone = self._riders.released(resource, release, reply, sent, self.node, self._home())
+            for waiter in gone:  # after the release that queued them: never ahead of it
+                with contextlib.suppress(BackendUnavailable):
+                    self._send_leave(resource, waiter)
+        return bool(reply)
+
+    def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:
+        keys = lock_keys(resource).extend
+        sent = self.clock()
+        extended = bool(self._call(lambda: self._wire.call(EXTEND, keys, [token, ttl_ms])))
+        self._riders.extended(resource, token, ttl_ms, sent, extended)
+        return extended
+
+    def _leave(self, resource: str, waiter: str) -> None:
+        if self._riders.leave(resource, waiter):
+            self._send_leave(resource, waiter)
+
+    def _send_leave(self, resource: str, waiter: str) -> None:
+        keys, args = leave_call(resource, waiter)
+        self._call(lambda: self._wire.call(LEAVE, keys, args))
+
+    def _listen(self, resource: str, waiter: str) -> SyncWaiter:
+        return self._waker.listen(lock_keys(resource).channel, waiter)
+
+    def _join(self, resource: str, waiter: str) -> SyncWaiter | None:
+        return self._waker.join(lock_keys(resource).channel, waiter)
+
+    def _unlisten(self, resource: str, waiter: str) -> None:
+        self._waker.part(lock_keys(resource).channel, waiter)
+
+    def close(self) -> None:
+        """Stop the wake-up listener and close headway's connections.
+
+        The client itself stays the caller's.
+        """
+        self._waker.close()
+        self._wire.close()

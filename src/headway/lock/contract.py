@@ -1,0 +1,171 @@
+"""What a lock backend implements.
+
+``LockBackend`` / ``SyncLockBackend`` are all ``Lock`` and ``SyncLock`` need:
+acquire, release, extend. A backend whose server waits for it (PostgreSQL)
+or that runs rounds of its own (Redlock) implements them directly.
+
+A backend with a wait queue implements the primitives of ``QueuedPrimitives``
+(or ``SyncQueuedPrimitives``) instead and subclasses ``QueuedBackend`` (or
+``SyncQueuedBackend``, in ``headway.lock.driver``): the driver runs the one
+acquire flow (``headway.lock.flow``) over them, waits, and makes every step
+safe under cancellation. See "Add a lock backend" in ``docs/extending.md``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Protocol
+
+from headway.lock.flow import Attempt, Try
+from headway.lock.lease import Lease
+
+__all__ = [
+    "AsyncWaiter",
+    "LockBackend",
+    "QueuedPrimitives",
+    "SyncLockBackend",
+    "SyncQueuedPrimitives",
+    "SyncWaiter",
+]
+
+
+class LockBackend(Protocol):
+    """An async lock backend: grants, releases and extends leases."""
+
+    name: str
+
+    async def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
+        """Return a lease on ``resource``, waiting up to ``timeout`` s, or raise LockNotAcquired."""
+        ...
+
+    async def release(self, lease: Lease) -> None:
+        """Release the lease, or raise LockNotOwned if it is no longer held."""
+        ...
+
+    async def extend(self, lease: Lease, ttl: float) -> Lease:
+        """Renew the lease for ``ttl`` s from now, or raise LockNotOwned."""
+        ...
+
+
+class SyncLockBackend(Protocol):
+    """The synchronous counterpart of ``LockBackend``."""
+
+    name: str
+
+    def acquire(self, resource: str, ttl: float, timeout: float) -> Lease: ...
+
+    def release(self, lease: Lease) -> None: ...
+
+    def extend(self, lease: Lease, ttl: float) -> Lease: ...
+
+
+class AsyncWaiter(Protocol):
+    async def wait(self, seconds: float) -> int | None:
+        """Return when woken, or after ``seconds``: the fence if handed the lock, else None."""
+
+
+class SyncWaiter(Protocol):
+    def wait(self, seconds: float) -> int | None:
+        """Return when woken, or after ``seconds``: the fence if handed the lock, else None."""
+
+
+class QueuedPrimitives(ABC):
+    """The primitives of an async backend with a FIFO wait queue.
+
+    Required: ``_try``, ``_release``, ``_extend``, ``_leave``, ``_listen`` and
+    ``_unlisten``. The others are fast paths with safe defaults. Tokens and
+    waiter ids come from the flow; a waiter id is unique per acquire.
+    """
+
+    #: Names this backend in its waiters' ids (``flow.waiter_id``), for a backend that
+    #: hands a released lock to its own waiters directly; "" if it does not.
+    node = ""
+
+    @abstractmethod
+    async def _try(self, resource: str, step: Try) -> Attempt:
+        """One attempt: grant ``step.token`` the lock for ``step.ttl_ms`` with a fence
+        above every earlier one, or refuse with the holder's remaining lease (0: free,
+        but an earlier waiter goes first). A refused ``step.waiter`` (if not "") keeps
+        its place in the queue for ``step.place_ms``. Run again with a token that holds
+        the lock, it returns the same grant."""
+
+    @abstractmethod
+    async def _release(self, resource: str, token: str) -> bool:
+        """Release ``token``'s lease and wake (or hand the lock to) the next waiter;
+        False if ``token`` does not hold the lock."""
+
+    @abstractmethod
+    async def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:
+        """Renew ``token``'s lease for ``ttl_ms`` from now; False if it does not hold it."""
+
+    @abstractmethod
+    async def _leave(self, resource: str, waiter: str) -> None:
+        """Give up ``waiter``'s place; a lock handed to it meanwhile goes to the next."""
+
+    @abstractmethod
+    async def _listen(self, resource: str, waiter: str) -> AsyncWaiter:
+        """Start routing wake-ups addressed to ``waiter``; ``_unlisten`` ends it.
+
+        If this raises, it leaves nothing behind."""
+
+    @abstractmethod
+    async def _unlisten(self, resource: str, waiter: str) -> None:
+        """Stop routing wake-ups to ``waiter`` (after ``_listen`` or ``_join``)."""
+
+    def _join(self, resource: str, waiter: str) -> AsyncWaiter | None:
+        """Listen as ``_listen`` does if that needs no I/O (others wait here already),
+        else None. Listening before the first attempt spares the retry that covers a
+        late subscription."""
+        return None
+
+    def _ride(self, resource: str, step: Try) -> Attempt | None:
+        """Answer ``step`` without I/O if the backend knows the answer (a task of ours
+        holds the lock and its release will queue ``step.waiter``), else None."""
+        return None
+
+    def _shielded(self) -> bool:
+        """True if a call started now finishes, and a grant is undone, even if its caller
+        is cancelled: the driver then needs no ``complete`` (a task and three loop
+        turns) around ``_try`` and ``_release``."""
+        return False
+
+
+class SyncQueuedPrimitives(ABC):
+    """The primitives of a synchronous queued backend: as ``QueuedPrimitives``, blocking.
+
+    Every primitive may be called from several threads at once.
+    """
+
+    node = ""  # as ``QueuedPrimitives.node``
+
+    @abstractmethod
+    def _try(self, resource: str, step: Try) -> Attempt:
+        """As ``QueuedPrimitives._try``."""
+
+    @abstractmethod
+    def _release(self, resource: str, token: str) -> bool:
+        """As ``QueuedPrimitives._release``."""
+
+    @abstractmethod
+    def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:
+        """As ``QueuedPrimitives._extend``."""
+
+    @abstractmethod
+    def _leave(self, resource: str, waiter: str) -> None:
+        """As ``QueuedPrimitives._leave``."""
+
+    @abstractmethod
+    def _listen(self, resource: str, waiter: str) -> SyncWaiter:
+        """As ``QueuedPrimitives._listen``."""
+
+    @abstractmethod
+    def _unlisten(self, resource: str, waiter: str) -> None:
+        """As ``QueuedPrimitives._unlisten``."""
+
+    def _join(self, resource: str, waiter: str) -> SyncWaiter | None:
+        """As ``QueuedPrimitives._join``."""
+        return None
+
+    def _ride(self, resource: str, step: Try) -> Attempt | None:
+        """As ``QueuedPrimitives._ride``."""
+        return None
