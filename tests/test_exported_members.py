@@ -45,7 +45,6 @@ def test_all_is_pinned() -> None:
         "Rule",
         "SlidingCounter",
         "SlidingLog",
-        "Slot",
         "Source",
         "SyncConcurrencyBackend",
         "SyncConcurrencyLimiter",

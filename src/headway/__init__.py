@@ -48,7 +48,7 @@ from headway.ratelimit.policies import (
     SlidingLog,
     TokenBucket,
 )
-from headway.ratelimit.slots import Admission, Slot
+from headway.ratelimit.slots import Admission
 
 __version__ = _version("headway")
 
@@ -95,7 +95,6 @@ __all__ = [
     "Rule",
     "SlidingCounter",
     "SlidingLog",
-    "Slot",
     "Source",
     "SyncConcurrencyBackend",
     "SyncConcurrencyLimiter",

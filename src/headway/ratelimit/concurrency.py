@@ -1,34 +1,31 @@
 """``ConcurrencyLimiter`` and its sync shell: requests in flight per key, held as leases.
 
-Both shells build admissions with the same pure helpers (``_slots``). The
-async one takes care that a slot is never stranded by its caller: acquire
-and release run to the end even when the caller is cancelled (``complete``),
-and an acquire whose reply was lost (budget, outage) is undone in the
-background. What a crash leaves behind ends with the lease.
+A slot is a lease of the lock primitive: a permit of ``Permits`` (a lock with
+``limit`` permits per key), renewed by ``Lock.hold()``'s watchdog and lost the
+way a lock is (``LockLost`` cancels the block). The limiters add the
+decisions' shape (``Admission``) and the failure modes (``policy.on_error``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Iterator
-from typing import TypeVar
+from collections.abc import AsyncIterator, Iterator
 
 from headway._clock import Clock, MonotonicClock
 from headway._errors import BackendUnavailable, ConcurrencyLimitExceeded, LockNotOwned
-from headway.lock.driver import complete
-from headway.lock.lease import check_ttl, new_token
+from headway.lock.lease import Lease
+from headway.lock.lock import Lock
 from headway.ratelimit.backends.contract import ConcurrencyBackend, SyncConcurrencyBackend
 from headway.ratelimit.backends.memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
 from headway.ratelimit.core import check_seconds
+from headway.ratelimit.permits import Permits, SyncPermits
 from headway.ratelimit.policies import Concurrency
-from headway.ratelimit.slots import Admission, Grant, Slot, admitted, failed_admission
+from headway.ratelimit.slots import Admission, failed_admission
 
 __all__ = ["ConcurrencyLimiter", "SyncConcurrencyLimiter"]
 
 log = logging.getLogger("headway.ratelimit")
-T = TypeVar("T")
 
 
 def _check(policy: Concurrency, key: str) -> None:
@@ -38,18 +35,45 @@ def _check(policy: Concurrency, key: str) -> None:
         raise TypeError(f"key must be a str, not {type(key).__name__}")
 
 
-def _not_owned(slot: Slot) -> LockNotOwned:
-    return LockNotOwned(
-        f"the concurrency slot on {slot.key!r} is no longer held (its lease ended)",
-        resource=slot.key,
-    )
-
-
 def _refused(admission: Admission, key: str) -> ConcurrencyLimitExceeded:
     return ConcurrencyLimitExceeded(
         f"{admission.in_flight} of {admission.limit} slots on {key!r} are in use",
         admission=admission,
     )
+
+
+def _lease(admission: Admission | Lease) -> Lease | None:
+    return admission.slot if isinstance(admission, Admission) else admission
+
+
+def _release_failed(lease: Lease, exc: BackendUnavailable) -> bool:
+    log.warning("releasing a slot on %r failed; its lease ends by itself: %s", lease.resource, exc)
+    return False
+
+
+class _Taken:
+    """The lock backend of one ``hold``: hands ``Lock.hold()`` the lease already taken.
+
+    ``Lock.hold()`` acquires its own lease; a slot's is taken before, by
+    ``acquire``, because a refusal and a failure mode must answer with an
+    ``Admission``. Renewals and the release go to the permits.
+    """
+
+    __slots__ = ("_lease", "_permits", "name")
+
+    def __init__(self, permits: Permits, lease: Lease) -> None:
+        self._permits = permits
+        self._lease = lease
+        self.name = permits.name
+
+    async def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
+        return self._lease
+
+    async def release(self, lease: Lease) -> None:
+        await self._permits.release(lease)
+
+    async def extend(self, lease: Lease, ttl: float) -> Lease:
+        return await self._permits.extend(lease, ttl)
 
 
 class ConcurrencyLimiter:
@@ -79,127 +103,68 @@ class ConcurrencyLimiter:
         self.budget = check_seconds("budget", budget)
         self.retry_on_error = check_seconds("retry_on_error", retry_on_error)
         self.clock: Clock = clock or MonotonicClock()
-        self._undoing: set[asyncio.Task[object]] = set()
+        #: The lock with ``policy.limit`` permits per key that holds the slots.
+        self.permits = Permits(self.backend, policy, budget=self.budget, clock=self.clock)
 
     def __repr__(self) -> str:
         return f"ConcurrencyLimiter({self.policy!r}, backend={self.backend.name})"
 
-    async def _timed(self, aw: Awaitable[T]) -> T:
-        async with asyncio.timeout(self.budget):
-            return await aw
-
-    def _undo_later(self, key: str, token: str) -> None:
-        """Release ``token`` in the background: its acquire may have succeeded unseen."""
-
-        async def undo() -> None:
-            with contextlib.suppress(BackendUnavailable, TimeoutError):
-                await self._timed(self.backend.release_slot(key, self.policy, token))
-
-        task: asyncio.Task[object] = asyncio.get_running_loop().create_task(undo())
-        self._undoing.add(task)
-        task.add_done_callback(self._undoing.discard)
-
     async def acquire(self, key: str) -> Admission:
         """Take a slot on ``key`` if one is free; the admission holds it (release it!)."""
         _check(self.policy, key)
-        token, sent = new_token(), self.clock()
-
-        async def undo(grant: Grant) -> None:
-            if grant.granted:
-                await self._timed(self.backend.release_slot(key, self.policy, token))
-
         try:
-            call = self._timed(self.backend.acquire_slot(key, self.policy, token))
-            grant = await complete(call, undo)
-        except (BackendUnavailable, TimeoutError):
-            self._undo_later(key, token)
+            return await self.permits.admit(key)
+        except BackendUnavailable:
             return failed_admission(self.policy, self.retry_on_error)
-        except asyncio.CancelledError:
-            # complete() undid any grant it saw; one lost with a failed reply is undone here.
-            self._undo_later(key, token)
-            raise
-        return admitted(grant, key, self.policy, token, sent)
 
-    async def release(self, admission: Admission | Slot) -> bool:
+    async def release(self, admission: Admission | Lease) -> bool:
         """Give the slot back, even if cancelled meanwhile; never raises for the backend.
 
         Returns False when there was nothing to release: no slot (refused,
         failed open), a lease that had already ended, or a backend that did
         not answer (the lease then ends by itself).
         """
-        slot = admission.slot if isinstance(admission, Admission) else admission
-        if slot is None:
+        lease = _lease(admission)
+        if lease is None:
             return False
-        call = self._timed(self.backend.release_slot(slot.key, slot.policy, slot.token))
         try:
-            return await complete(call)
-        except (BackendUnavailable, TimeoutError) as exc:
-            log.warning(
-                "releasing a slot on %r failed; its lease ends by itself: %s", slot.key, exc
-            )
+            await self.permits.release(lease)
+        except LockNotOwned:
             return False
+        except BackendUnavailable as exc:
+            return _release_failed(lease, exc)
+        return True
 
-    async def extend(self, slot: Slot, ttl: float | None = None) -> Slot:
+    async def extend(self, slot: Lease, ttl: float | None = None) -> Lease:
         """Renew ``slot`` for ``ttl`` s from now (default: the policy's); ``LockNotOwned`` if
         its lease had ended, ``BackendUnavailable`` if the backend did not answer."""
-        ttl_ms = check_ttl(slot.policy.ttl if ttl is None else ttl)
-        sent = self.clock()
-        try:
-            held = await self._timed(
-                self.backend.extend_slot(slot.key, slot.policy, slot.token, ttl_ms)
-            )
-        except TimeoutError as exc:
-            raise BackendUnavailable(
-                f"renewing a slot took more than {self.budget:g} s", backend=self.backend.name
-            ) from exc
-        if not held:
-            raise _not_owned(slot)
-        return slot.renewed(ttl_ms, sent)
+        return await self.permits.extend(slot, self.policy.ttl if ttl is None else ttl)
 
     @contextlib.asynccontextmanager
     async def hold(self, key: str, *, renew: bool = True) -> AsyncIterator[Admission]:
         """Run a block in a slot on ``key``; ``ConcurrencyLimitExceeded`` when none is free.
 
         The slot is released when the block ends, also by an exception or a
-        cancellation. With ``renew`` the lease is renewed every third of its
-        TTL, so blocks may outlast it; if a renewal finds the lease ended
-        (the backend was unreachable for a whole TTL), the block goes on and
-        a warning is logged: a concurrency limit protects capacity, it is not
-        a lock worth cancelling work for.
+        cancellation. With ``renew`` the slot is held by ``Lock.hold()``: its
+        lease is renewed every third of its TTL, so blocks may outlast it, and
+        if a renewal finds the lease ended (or the backend was unreachable for
+        a whole TTL) the block is cancelled and ``LockLost`` raised, as for
+        any lock. A failure mode that admits without a slot runs the block
+        unguarded.
         """
         admission = await self.acquire(key)
         if not admission.allowed:
             raise _refused(admission, key)
-        if admission.slot is None:  # failed open: run without a slot
-            yield admission
-            return
-        held = [admission.slot]
-        renewer = asyncio.get_running_loop().create_task(self._renew(held)) if renew else None
-        try:
-            yield admission
-        finally:
-            # Not awaited: a second cancellation must not skip the release. A renewal
-            # still in flight cannot bring the slot back (it only renews a held lease).
-            if renewer is not None:
-                renewer.cancel()
-            await self.release(held[0])
-
-    async def _renew(self, held: list[Slot]) -> None:
-        slot = held[0]
-        interval = slot.ttl / 3
-        while True:
-            await asyncio.sleep(interval)
+        lease = admission.slot
+        if lease is None or not renew:
             try:
-                slot = held[0] = await self.extend(slot)
-                interval = slot.ttl / 3
-            except LockNotOwned:
-                log.warning("the slot on %r ended before it was renewed", slot.key)
-                return
-            except BackendUnavailable as exc:
-                if slot.remaining(self.clock()) <= 0:
-                    log.warning("the slot on %r ended: %s", slot.key, exc)
-                    return
-                interval = min(slot.ttl / 3, 0.1)
+                yield admission
+            finally:
+                await self.release(admission)
+            return
+        lock = Lock(_Taken(self.permits, lease), key, ttl=lease.ttl, timeout=0, clock=self.clock)
+        async with lock.hold():
+            yield admission
 
 
 class SyncConcurrencyLimiter:
@@ -223,6 +188,8 @@ class SyncConcurrencyLimiter:
         self.backend: SyncConcurrencyBackend = backend or SyncMemoryRateLimitBackend()
         self.retry_on_error = check_seconds("retry_on_error", retry_on_error)
         self.clock: Clock = clock or MonotonicClock()
+        #: The lock with ``policy.limit`` permits per key that holds the slots.
+        self.permits = SyncPermits(self.backend, policy, self.clock)
 
     def __repr__(self) -> str:
         return f"SyncConcurrencyLimiter({self.policy!r}, backend={self.backend.name})"
@@ -230,35 +197,29 @@ class SyncConcurrencyLimiter:
     def acquire(self, key: str) -> Admission:
         """Take a slot on ``key`` if one is free (see ``ConcurrencyLimiter.acquire``)."""
         _check(self.policy, key)
-        token, sent = new_token(), self.clock()
         try:
-            grant = self.backend.acquire_slot(key, self.policy, token)
+            return self.permits.admit(key)
         except BackendUnavailable:
             # A slot granted unseen ends with its lease: another call now would wait out
             # the outage a second time.
             return failed_admission(self.policy, self.retry_on_error)
-        return admitted(grant, key, self.policy, token, sent)
 
-    def release(self, admission: Admission | Slot) -> bool:
+    def release(self, admission: Admission | Lease) -> bool:
         """Give the slot back (see ``ConcurrencyLimiter.release``)."""
-        slot = admission.slot if isinstance(admission, Admission) else admission
-        if slot is None:
+        lease = _lease(admission)
+        if lease is None:
             return False
         try:
-            return self.backend.release_slot(slot.key, slot.policy, slot.token)
-        except BackendUnavailable as exc:
-            log.warning(
-                "releasing a slot on %r failed; its lease ends by itself: %s", slot.key, exc
-            )
+            self.permits.release(lease)
+        except LockNotOwned:
             return False
+        except BackendUnavailable as exc:
+            return _release_failed(lease, exc)
+        return True
 
-    def extend(self, slot: Slot, ttl: float | None = None) -> Slot:
+    def extend(self, slot: Lease, ttl: float | None = None) -> Lease:
         """Renew ``slot`` (see ``ConcurrencyLimiter.extend``)."""
-        ttl_ms = check_ttl(slot.policy.ttl if ttl is None else ttl)
-        sent = self.clock()
-        if not self.backend.extend_slot(slot.key, slot.policy, slot.token, ttl_ms):
-            raise _not_owned(slot)
-        return slot.renewed(ttl_ms, sent)
+        return self.permits.extend(slot, self.policy.ttl if ttl is None else ttl)
 
     @contextlib.contextmanager
     def hold(self, key: str) -> Iterator[Admission]:

@@ -1,23 +1,28 @@
 """Concurrency slots: the values a concurrency limiter returns, and their pure helpers.
 
-A slot is a lease on one place among a key's requests in flight. The backend
-keeps, per key, the set of lease tokens and when each lease ends; a lease
-that is neither released nor renewed simply ends, so a holder that dies
-frees its slot after ``ttl``.
+A slot is one permit of a lock with ``limit`` permits per key, held as a
+``Lease`` like any lock's. The backend keeps, per key, the set of lease
+tokens and when each lease ends; a lease that is neither released nor
+renewed simply ends, so a holder that dies frees its slot after ``ttl``.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from headway._keys import tagged
+from headway.lock.lease import Lease
 from headway.ratelimit.decision import _FAILED_CLOSED, _FAILED_OPEN, Source
 from headway.ratelimit.policies import Concurrency
 
-__all__ = ["Admission", "Grant", "Slot", "admitted", "failed_admission", "slot_key"]
+__all__ = ["PERMIT_FENCE", "Admission", "Grant", "admitted", "failed_admission", "slot_key"]
+
+#: The fencing token of every slot's lease. ``limit`` holders share a key at once, so
+#: no order among them protects a write: permits keep no counter (a round trip's work
+#: saved), and a store must not take a slot's lease for a fencing token.
+PERMIT_FENCE = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,43 +35,20 @@ class Grant:
 
     @classmethod
     def from_reply(cls, reply: Sequence[Any]) -> Grant:
-        """Parse ``rl_slot_acquire.lua``'s reply."""
+        """Parse ``permits/acquire.lua``'s reply."""
         granted, in_flight, wait_us = (int(v) for v in reply)
         return cls(bool(granted), in_flight, wait_us)
 
 
 @dataclass(frozen=True, slots=True)
-class Slot:
-    """Proof of holding a concurrency slot: give it back with ``release``.
-
-    ``deadline`` is the monotonic time until which the slot is surely held;
-    it is counted from *before* the request was sent, so it never overstates
-    the lease.
-    """
-
-    key: str
-    policy: Concurrency
-    token: str
-    deadline: float
-    ttl: float
-
-    def remaining(self, now: float | None = None) -> float:
-        """Seconds of the lease left (negative once it ended)."""
-        return self.deadline - (time.monotonic() if now is None else now)
-
-    def renewed(self, ttl_ms: int, sent: float) -> Slot:
-        """This slot after a renewal for ``ttl_ms`` sent at ``sent``."""
-        return Slot(self.key, self.policy, self.token, sent + ttl_ms / 1000, ttl_ms / 1000)
-
-
-@dataclass(frozen=True, slots=True)
 class Admission:
-    """Whether work may start under a concurrency limit, and the slot it then holds.
+    """Whether work may start under a concurrency limit, and the slot's lease it then holds.
 
     ``in_flight`` counts the slots held right after the decision (this one
     included when admitted). ``retry_after`` is, when refused, the time until
     the first lease ends even if nobody releases it: an upper bound, since any
-    release frees a slot earlier. ``slot`` is ``None`` when refused, or when a
+    release frees a slot earlier. ``slot`` is the ``Lease`` (``resource`` is
+    the key, ``fence`` is ``PERMIT_FENCE``); ``None`` when refused, or when a
     failure mode admitted the work without asking the backend (``source``
     says which).
     """
@@ -76,7 +58,7 @@ class Admission:
     in_flight: int
     retry_after: float
     policy: Concurrency
-    slot: Slot | None = None
+    slot: Lease | None = None
     source: Source = Source.BACKEND
 
     @property
@@ -99,17 +81,22 @@ def slot_key(key: str, policy: Concurrency) -> str:
 
 
 def admitted(grant: Grant, key: str, policy: Concurrency, token: str, sent: float) -> Admission:
-    """The admission a backend's grant means, for a request sent at monotonic ``sent``."""
-    slot = None
+    """The admission a backend's grant means, for a request sent at monotonic ``sent``.
+
+    The lease's deadline counts from ``sent`` (before the request), so it never
+    overstates the lease.
+    """
+    lease = None
     if grant.granted:
-        slot = Slot(key, policy, token, sent + policy.ttl_ms / 1000, policy.ttl_ms / 1000)
+        ttl = policy.ttl_ms / 1000
+        lease = Lease(key, token, PERMIT_FENCE, sent + ttl, ttl)
     return Admission(
         allowed=grant.granted,
         limit=policy.limit,
         in_flight=grant.in_flight,
         retry_after=grant.wait_us / 1e6,
         policy=policy,
-        slot=slot,
+        slot=lease,
     )
 
 

@@ -75,7 +75,10 @@ class SyncRateLimitBackend(Protocol):
 class ConcurrencyBackend(Protocol):
     """An async backend that keeps concurrency slots (leases) per key.
 
-    Each call prunes the leases that ended, by the backend's own clock.
+    These are the primitives of a lock with ``policy.limit`` permits per key:
+    ``ratelimit.permits.Permits`` builds the ``Lease`` values, the errors and
+    the lock backend contract over them. Each call prunes the leases that
+    ended, by the backend's own clock.
     """
 
     name: str

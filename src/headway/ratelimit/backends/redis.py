@@ -4,7 +4,8 @@ Both shells build the call with ``decide_call`` and parse the reply with
 ``Verdict.from_reply``; a decision is one EVALSHA of ``rl_decide.lua``, preceded
 by the algorithm files its policies use (``decide_script``), NOSCRIPT recovered
 on the same call.
-Concurrency slots are one EVALSHA per acquire, release or renewal.
+Concurrency slots (the permits of ``ratelimit.permits``) are one EVALSHA of
+``lua/permits/*.lua`` per acquire, release or renewal.
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ ALGORITHMS = {
 _DECIDE: dict[tuple[int, ...], Script] = {}
 #: Whether calls go over headway's pipelined connection (``_wire``) unless told otherwise.
 COALESCE = True
-SLOT_ACQUIRE = Script("rl_slot_acquire")
-SLOT_RELEASE = Script("rl_slot_release")
-SLOT_EXTEND = Script("rl_slot_extend")
+SLOT_ACQUIRE = Script("permits/acquire")
+SLOT_RELEASE = Script("permits/release")
+SLOT_EXTEND = Script("permits/extend")
 
 
 def decide_script(policies: Sequence[Policy]) -> Script:
