@@ -154,7 +154,8 @@ class RateLimitDecorator:
             @functools.wraps(func)
             async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
                 request, sub_response = _connection(args, kwargs)
-                ruling = await guard.decide(request.scope)
+                scope = request.scope
+                ruling = await guard.decide(scope, scope.get("method", "GET"))
                 try:
                     if ruling.refusal is not None:
                         return _refusal_response(ruling)
@@ -169,7 +170,8 @@ class RateLimitDecorator:
             @functools.wraps(func)
             def sync_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
                 request, sub_response = _connection(args, kwargs)
-                ruling = anyio.from_thread.run(guard.decide, request.scope)
+                scope = request.scope
+                ruling = anyio.from_thread.run(guard.decide, scope, scope.get("method", "GET"))
                 try:
                     if ruling.refusal is not None:
                         return _refusal_response(ruling)

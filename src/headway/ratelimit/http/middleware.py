@@ -85,10 +85,14 @@ class RateLimitMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
-        if kind != "http" and (kind != "websocket" or not self.websocket):
+        if kind == "http":
+            method = scope["method"]
+        elif kind == "websocket" and self.websocket:
+            method = "GET"  # a WebSocket handshake is a GET request
+        else:
             await self.app(scope, receive, send)
             return
-        headers, refusal, slots = await self.guard.decide(scope)
+        headers, refusal, slots = await self.guard.decide(scope, method)
         if slots is None:  # the usual case: nothing to give back
             if refusal is not None:
                 await _refuse(refusal, scope, receive, send)

@@ -156,6 +156,31 @@ class LimiterSettings:
     cache_blocked: bool | int = False
     clock: Clock | None = None
 
+    def rate_limiter(self, policies: Sequence[Policy], backend: RateLimitBackend) -> RateLimiter:
+        """A ``RateLimiter`` of ``policies`` on ``backend``, with these settings."""
+        return RateLimiter(
+            *policies,
+            backend=backend,
+            budget=self.budget,
+            retry_on_error=self.retry_on_error,
+            cache_blocked=self.cache_blocked,
+            clock=self.clock,
+        )
+
+    def concurrency_limiter(
+        self, policy: Concurrency, backend: RateLimitBackend
+    ) -> ConcurrencyLimiter:
+        """A ``ConcurrencyLimiter`` of ``policy`` on ``backend`` (which must hold slots)."""
+        if not hasattr(backend, "acquire_slot"):
+            raise TypeError(f"backend {backend!r} cannot hold concurrency slots")
+        return ConcurrencyLimiter(
+            policy,
+            backend=cast(ConcurrencyBackend, backend),
+            budget=self.budget,
+            retry_on_error=self.retry_on_error,
+            clock=self.clock,
+        )
+
 
 def _split(named: dict[str, Limit]) -> tuple[dict[str, Policy], dict[str, Concurrency]]:
     rates = {n: p for n, p in named.items() if not isinstance(p, Concurrency)}
@@ -191,30 +216,13 @@ class BoundRule:
         #: What keys start with: the name, unless the decorator makes it unique per endpoint.
         self.prefix = rule.name
         self.names = list(rates)
-        self.limiter: RateLimiter | None = None
-        if rates:
-            self.limiter = RateLimiter(
-                *rates.values(),
-                backend=backend,
-                budget=settings.budget,
-                retry_on_error=settings.retry_on_error,
-                cache_blocked=settings.cache_blocked,
-                clock=settings.clock,
-            )
+        self.limiter = settings.rate_limiter(list(rates.values()), backend) if rates else None
         self.header_names = [sf_string(n) for n in self.names]
         self.policy_items = [policy_item(n, p) for n, p in rates.items()]
         self.concurrency: ConcurrencyLimiter | None = None
         self.slot_name = self.slot_header = ""
         for name, policy in slots.items():
-            if not hasattr(backend, "acquire_slot"):
-                raise TypeError(f"backend {backend!r} cannot hold concurrency slots")
-            self.concurrency = ConcurrencyLimiter(
-                policy,
-                backend=cast(ConcurrencyBackend, backend),
-                budget=settings.budget,
-                retry_on_error=settings.retry_on_error,
-                clock=settings.clock,
-            )
+            self.concurrency = settings.concurrency_limiter(policy, backend)
             self.slot_name, self.slot_header = name, sf_string(name)
             self.policy_items.append(concurrency_item(name, policy.limit))
         #: The ``RateLimit-Policy`` items, serialized once (they never change).
