@@ -33,6 +33,7 @@ from starlette.responses import Response
 
 from headway.ratelimit.backends.contract import RateLimitBackend
 from headway.ratelimit.http.guard import DecisionHook, Guard, Ruling
+from headway.ratelimit.http.headers import Refusal
 from headway.ratelimit.http.identity import Identity
 from headway.ratelimit.http.routes import routed_template
 from headway.ratelimit.http.rules import CostFunction, Limit, LimiterSettings, Per, Rule
@@ -99,9 +100,8 @@ def _connection(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[HTTPConn
     return request, response
 
 
-def _refusal_response(ruling: Ruling) -> Response:
-    assert ruling.refusal is not None
-    status, headers, body = ruling.refusal
+def _refusal_response(refusal: Refusal) -> Response:
+    status, headers, body = refusal
     response = Response(body, status_code=status)
     response.raw_headers.extend(headers)
     return response
@@ -158,7 +158,7 @@ class RateLimitDecorator:
                 ruling = await guard.decide(scope, scope.get("method", "GET"))
                 try:
                     if ruling.refusal is not None:
-                        return _refusal_response(ruling)
+                        return _refusal_response(ruling.refusal)
                     return _with_fields(ruling, await func(*args, **kwargs), sub_response)
                 finally:
                     if ruling.slots is not None:
@@ -174,7 +174,7 @@ class RateLimitDecorator:
                 ruling = anyio.from_thread.run(guard.decide, scope, scope.get("method", "GET"))
                 try:
                     if ruling.refusal is not None:
-                        return _refusal_response(ruling)
+                        return _refusal_response(ruling.refusal)
                     return _with_fields(ruling, func(*args, **kwargs), sub_response)
                 finally:
                     if ruling.slots is not None:  # else nothing to free: no trip to the loop

@@ -1,13 +1,14 @@
 """The part the middleware and the decorator share: rule on one request, top down.
 
-``Guard.decide`` finds the route template (only if something reads it), asks
-each rule whether it applies, runs the rules that do, in order, one limiter
-decision (one round trip) each, and stops at the first rule that rejects
-(rules after it are not charged; rules before it keep their charge, as with
-any limiter chain). It reports every decision to the hook, counts it, logs
-outages once, and returns a ``Ruling`` built with the ``headers`` module: the
-header fields to add, or the whole refusal (429 with problem+json, or 503
-when a rule fails closed), and the concurrency slots the request holds.
+``Guard.decide`` finds the route template (only if something reads it), lets
+``exempt`` routes through, asks each rule whether it applies, runs the rules
+that do, in order, one limiter decision (one round trip) each, and stops at
+the first rule that rejects (rules after it are not charged; rules before it
+keep their charge, as with any limiter chain). It reports every decision to
+the hook, counts it, logs outages once, and returns a ``Ruling`` built with
+the ``headers`` module: the header fields to add, or the whole refusal (429
+with problem+json, or 503 when a rule fails closed), and the concurrency
+slots the request holds.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from headway._http import Scope
 from headway.ratelimit.backends.contract import RateLimitBackend
 from headway.ratelimit.backends.memory import MemoryRateLimitBackend
 from headway.ratelimit.concurrency import ConcurrencyLimiter
-from headway.ratelimit.http.headers import Headers, refusal, response_fields
+from headway.ratelimit.http.headers import Refusal, refusal_for, response_fields
 from headway.ratelimit.http.identity import ClientAddress, Identity
 from headway.ratelimit.http.routes import RouteFunction
 from headway.ratelimit.http.rules import (
@@ -83,7 +84,7 @@ class Ruling(NamedTuple):
     """
 
     headers: Sequence[tuple[bytes, bytes]]
-    refusal: tuple[int, Headers, bytes] | None
+    refusal: Refusal | None
     slots: contextlib.AsyncExitStack | None
 
 
@@ -224,7 +225,7 @@ class Guard:
                     refused = answer
             if refused is not None:
                 if not shadow:
-                    return Ruling((), refusal(rule, refused, checked, self.legacy), slots)
+                    return Ruling((), refusal_for(rule, refused, checked, self.legacy), slots)
                 log.info("shadow: rule %r would refuse %s %s for %s", rule.name, method,
                          path, identity)  # fmt: skip
         if not checked:

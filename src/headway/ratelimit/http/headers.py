@@ -21,7 +21,7 @@ never points earlier than ``t``. Times are rounded *up*: a client that
 waits what it is told is never early.
 
 The guard builds every response with ``response_fields`` (what an admitted
-request's response gains) and ``refusal`` (a whole 429 or 503, problem+json).
+request's response gains) and ``refusal_for`` (a whole 429 or 503, problem+json).
 """
 
 from __future__ import annotations
@@ -43,12 +43,13 @@ if TYPE_CHECKING:  # rules serialize their items with this module: no import cyc
 __all__ = [
     "CONCURRENCY_RETRY",
     "MAX_INTEGER",
+    "Refusal",
     "admission_item",
     "concurrency_item",
     "legacy_headers",
     "limit_items",
     "policy_item",
-    "refusal",
+    "refusal_for",
     "response_fields",
     "retry_after",
     "seconds",
@@ -62,6 +63,8 @@ CONCURRENCY_RETRY = 1
 QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 
 Headers = list[tuple[bytes, bytes]]
+#: A response refusing a request: status, headers, problem+json body.
+Refusal = tuple[int, Headers, bytes]
 
 #: The largest Integer a Structured Field can carry (RFC 9651, 15 digits).
 MAX_INTEGER = 999_999_999_999_999
@@ -203,12 +206,12 @@ def response_fields(checked: Sequence[tuple[BoundRule, RuleAnswer]], legacy: boo
     return head
 
 
-def refusal(
+def refusal_for(
     rule: BoundRule,
     answer: RuleAnswer,
     checked: Sequence[tuple[BoundRule, RuleAnswer]],
     legacy: bool,
-) -> tuple[int, Headers, bytes]:
+) -> Refusal:
     """Status, headers and problem+json body refusing a request that ``rule`` refused.
 
     429 names the violated policies; 503 says the rule failed closed.

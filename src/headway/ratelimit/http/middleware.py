@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Sequence
 from headway._http import ASGIApp, Message, Receive, Scope, Send, send_response
 from headway.ratelimit.backends.contract import RateLimitBackend
 from headway.ratelimit.http.guard import DecisionHook, DecisionOutcome, Guard
-from headway.ratelimit.http.headers import Headers
+from headway.ratelimit.http.headers import Refusal
 from headway.ratelimit.http.identity import Identity
 from headway.ratelimit.http.routes import RouteCache, RouteFunction
 from headway.ratelimit.http.rules import LimiterSettings, Pattern, Rule
@@ -202,9 +202,7 @@ class _DisconnectWatch:
             self.pump.exception()  # retrieved: the app has already seen it, if it asked
 
 
-async def _refuse(
-    refusal: tuple[int, Headers, bytes], scope: Scope, receive: Receive, send: Send
-) -> None:
+async def _refuse(refusal: Refusal, scope: Scope, receive: Receive, send: Send) -> None:
     """Send the refusal (to a WebSocket handshake: as a denial response, if the server can)."""
     if scope["type"] == "http":
         await send_response(send, *refusal)
