@@ -52,6 +52,7 @@ _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 
 def validated_patterns(field: str, patterns: Sequence[Pattern]) -> tuple[Pattern, ...]:
+    """``patterns`` as a tuple, or TypeError naming ``field`` if one is not a pattern."""
     if isinstance(patterns, str | re.Pattern):
         raise TypeError(f"Rule.{field} takes a list of patterns, not one pattern")
     for pattern in patterns:
@@ -61,6 +62,7 @@ def validated_patterns(field: str, patterns: Sequence[Pattern]) -> tuple[Pattern
 
 
 def matches_any(patterns: Sequence[Pattern], subject: str) -> bool:
+    """Whether a template, a glob on templates or a regex (searched) matches ``subject``."""
     for pattern in patterns:
         if isinstance(pattern, re.Pattern):
             if pattern.search(subject):
