@@ -21,6 +21,7 @@ def test_all_is_pinned() -> None:
         "Identity",
         "LeakyBucket",
         "Lease",
+        "LimiterSettings",
         "Lock",
         "LockBackend",
         "LockError",

@@ -37,7 +37,7 @@ from headway.ratelimit.http.decorator import RateLimitDecorator, rate_limit
 from headway.ratelimit.http.guard import DecisionHook, RateLimitEvent
 from headway.ratelimit.http.identity import ApiKey, AuthenticatedUser, ClientAddress, Identity
 from headway.ratelimit.http.middleware import RateLimitMiddleware
-from headway.ratelimit.http.rules import Rule
+from headway.ratelimit.http.rules import LimiterSettings, Rule
 from headway.ratelimit.limiter import RateLimiter, SyncRateLimiter
 from headway.ratelimit.policies import (
     Concurrency,
@@ -71,6 +71,7 @@ __all__ = [
     "Identity",
     "LeakyBucket",
     "Lease",
+    "LimiterSettings",
     "Lock",
     "LockBackend",
     "LockError",

@@ -20,7 +20,7 @@ from headway._clock import FakeClock
 from headway._http import ASGIApp, Message
 from headway.ratelimit.backends.memory import MemoryRateLimitBackend
 from headway.ratelimit.http.middleware import RateLimitMiddleware
-from headway.ratelimit.http.rules import Rule
+from headway.ratelimit.http.rules import LimiterSettings, Rule
 from headway.ratelimit.policies import FixedWindow, TokenBucket
 
 Say = Callable[[str], None]
@@ -63,7 +63,7 @@ def _app(clock: FakeClock) -> Starlette:
         RateLimitMiddleware,
         rules=[rule],
         backend=MemoryRateLimitBackend(clock=clock),
-        clock=clock,
+        limiter=LimiterSettings(clock=clock),
     )
     return Starlette(routes=[Route("/hello", hello)], middleware=[middleware])
 

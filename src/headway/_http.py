@@ -16,7 +16,7 @@ __all__ = [
     "Send",
     "header",
     "header_values",
-    "problem_body",
+    "problem_response",
     "send_problem",
     "send_response",
 ]
@@ -42,14 +42,51 @@ def header(scope: Scope, name: bytes) -> bytes | None:
     return values[0] if values else None
 
 
+_RESPONSE = ("http.response.start", "http.response.body")
+_DENIAL = ("websocket.http.response.start", "websocket.http.response.body")
+
+#: Headers of every problem response: the media type, and never stored by a cache.
+PROBLEM_HEADERS = ((b"content-type", b"application/problem+json"), (b"cache-control", b"no-store"))
+
+
 async def send_response(
-    send: Send, status: int, headers: Iterable[tuple[bytes, bytes]], body: bytes
+    send: Send,
+    status: int,
+    headers: Iterable[tuple[bytes, bytes]],
+    body: bytes,
+    *,
+    websocket: bool = False,
 ) -> None:
-    """Send a whole response (``content-length`` is set from ``body``)."""
+    """Send a whole response (``content-length`` is set from ``body``).
+
+    With ``websocket``, the response denies a WebSocket handshake (the ASGI
+    WebSocket denial response extension).
+    """
     head = [(k, v) for k, v in headers if k.lower() != b"content-length"]
     head.append((b"content-length", str(len(body)).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": head})
-    await send({"type": "http.response.body", "body": body})
+    start, rest = _DENIAL if websocket else _RESPONSE
+    await send({"type": start, "status": status, "headers": head})
+    await send({"type": rest, "body": body})
+
+
+def problem_response(
+    status: int,
+    type_uri: str,
+    title: str,
+    detail: str,
+    *,
+    headers: Iterable[tuple[bytes, bytes]] = (),
+    extensions: Mapping[str, Any] | None = None,
+) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """An RFC 9457 problem response: status, headers (``PROBLEM_HEADERS``, then ``headers``), body.
+
+    ``type_uri`` is any problem type (e.g. one from IANA's registry).
+    """
+    problem = {"type": type_uri, "title": title, "status": status, "detail": detail}
+    if extensions:
+        problem.update(extensions)
+    body = json.dumps(problem, separators=(",", ":")).encode()
+    return status, [*PROBLEM_HEADERS, *headers], body
 
 
 async def send_problem(
@@ -62,27 +99,8 @@ async def send_problem(
     headers: Iterable[tuple[bytes, bytes]] = (),
     **extensions: Any,
 ) -> None:
-    """Send an RFC 9457 ``application/problem+json`` response with a stable ``type``."""
-    problem = {"type": PROBLEM_BASE + slug, "title": title, "status": status, "detail": detail}
-    problem.update(extensions)
-    body = json.dumps(problem, separators=(",", ":")).encode()
-    head = [(b"content-type", b"application/problem+json"), (b"cache-control", b"no-store")]
-    await send_response(send, status, [*head, *headers], body)
-
-
-#: Headers of every problem response: the media type, and never stored by a cache.
-PROBLEM_HEADERS = ((b"content-type", b"application/problem+json"), (b"cache-control", b"no-store"))
-
-
-def problem_body(
-    status: int,
-    type_uri: str,
-    title: str,
-    detail: str,
-    extensions: Mapping[str, Any] | None = None,
-) -> bytes:
-    """An RFC 9457 problem document (any ``type`` URI, e.g. one from IANA's registry)."""
-    problem: dict[str, Any] = {"type": type_uri, "title": title, "status": status}
-    problem["detail"] = detail
-    problem.update(extensions or {})
-    return json.dumps(problem, separators=(",", ":")).encode()
+    """Send a ``problem_response`` with headway's stable ``type`` (``PROBLEM_BASE + slug``)."""
+    problem = problem_response(
+        status, PROBLEM_BASE + slug, title, detail, headers=headers, extensions=extensions
+    )
+    await send_response(send, *problem)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import socket
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +15,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from headway import FixedWindow, MemoryRateLimitBackend, RateLimitEvent, rate_limit
+from headway import (
+    FixedWindow,
+    LimiterSettings,
+    MemoryRateLimitBackend,
+    RateLimitEvent,
+    RedisRateLimitBackend,
+    rate_limit,
+)
 from tests.ratelimit.apps import client, sf_list
 
 pytestmark = pytest.mark.anyio
@@ -183,3 +191,32 @@ def test_the_decorated_function_keeps_its_static_types() -> None:
     if TYPE_CHECKING:  # mypy (strict, warn_unused_ignores) proves the parameters are kept
         _ = handler("seven")  # type: ignore[arg-type]
         sync_handler(name=7)  # type: ignore[arg-type]
+
+
+async def test_limiter_settings_reach_the_endpoints_limiter() -> None:
+    """``limiter=LimiterSettings(...)``: a fail-closed rule on a Redis nobody listens on."""
+    with socket.socket() as probe:  # a free port, closed again: connections are refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    backend = RedisRateLimitBackend.from_url(f"redis://127.0.0.1:{port}/0", timeout=0.5)
+    settings = LimiterSettings(budget=0.5, retry_on_error=7.0)
+
+    @rate_limit(TWO, fail="closed", backend=backend, limiter=settings)
+    async def guarded(request: Request) -> Response:
+        return PlainTextResponse("ran")
+
+    @rate_limit(TWO, fail="closed", backend=backend, limiter=settings)
+    def guarded_sync(request: Request) -> Response:
+        return PlainTextResponse("ran")
+
+    app = Starlette(routes=[Route("/async", guarded), Route("/sync", guarded_sync)])
+    try:
+        async with client(app) as http:
+            refused = [await http.get("/async"), await http.get("/sync")]
+    finally:
+        await backend.client.aclose()
+    for response in refused:
+        assert response.status_code == 503
+        assert response.headers["retry-after"] == "7"
+        assert response.headers["content-type"] == "application/problem+json"
+        assert response.json()["type"] == "https://headway.dev/problems/ratelimit-unavailable"

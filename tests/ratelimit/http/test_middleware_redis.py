@@ -14,6 +14,7 @@ from redis import asyncio as aioredis
 from headway import (
     ClientAddress,
     FixedWindow,
+    LimiterSettings,
     Policy,
     RateLimitEvent,
     RedisRateLimitBackend,
@@ -72,8 +73,8 @@ async def test_redis_stopped_mid_traffic_fails_open_or_closed_then_recovers(
     events: list[RateLimitEvent] = []
     calls = Calls()
     app = starlette_app(
-        calls, rules=rules, backend=backend, budget=0.5, retry_on_error=2.0,
-        on_decision=events.append,
+        calls, rules=rules, backend=backend,
+        limiter=LimiterSettings(budget=0.5, retry_on_error=2.0), on_decision=events.append,
     )  # fmt: skip
     traffic = Traffic()
     try:
@@ -191,7 +192,7 @@ async def test_a_flood_of_distinct_identities_keeps_redis_memory_bounded(
     # A generous budget: this test is about memory, not about a loaded machine's latency.
     app = starlette_app(
         Calls(), rules=[Rule(policies, name="api")], backend=RedisRateLimitBackend(redis),
-        identity=identity, budget=5.0,
+        identity=identity, limiter=LimiterSettings(budget=5.0),
     )  # fmt: skip
     flood, workers = 10_000, 20
     baseline = (await redis.info("memory"))["used_memory"]

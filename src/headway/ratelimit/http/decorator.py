@@ -19,6 +19,7 @@ slot is held while the handler runs and released when it returns or raises
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import inspect
@@ -30,11 +31,12 @@ import anyio.from_thread
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
 
-from headway._clock import Clock
 from headway.ratelimit.backends.contract import RateLimitBackend
-from headway.ratelimit.http.guard import Check, DecisionHook, Guard
-from headway.ratelimit.http.identity import ClientAddress, Identity
-from headway.ratelimit.http.rules import CostFunction, Limit, Per, Rule
+from headway.ratelimit.http.guard import DecisionHook, Guard, Ruling
+from headway.ratelimit.http.headers import Refusal
+from headway.ratelimit.http.identity import Identity
+from headway.ratelimit.http.routes import routed_template
+from headway.ratelimit.http.rules import CostFunction, Limit, LimiterSettings, Per, Rule
 
 __all__ = ["RateLimitDecorator", "rate_limit"]
 
@@ -98,40 +100,37 @@ def _connection(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[HTTPConn
     return request, response
 
 
-def _route(request: HTTPConnection) -> str | None:
-    route = request.scope.get("route")
-    template = getattr(route, "path_format", None)
-    return template if isinstance(template, str) else None
+def _refusal_response(refusal: Refusal) -> Response:
+    status, headers, body = refusal
+    response = Response(body, status_code=status)
+    response.raw_headers.extend(headers)
+    return response
 
 
-def _finish(check: Check, result: Any, sub_response: Any) -> Any:
-    if check.blocking is not None:
-        status, headers, body = check.refusal()
-        refusal = Response(body, status_code=status)
-        refusal.raw_headers.extend(headers)
-        return refusal
-    headers = check.headers()
+def _with_fields(ruling: Ruling, result: Any, sub_response: Any) -> Any:
+    """``result`` with the RateLimit fields: on it if it is a response, else on FastAPI's."""
     if isinstance(result, Response):
-        result.raw_headers.extend(headers)
+        result.raw_headers.extend(ruling.headers)
     elif isinstance(sub_response, Response):
-        sub_response.raw_headers.extend(headers)
+        sub_response.raw_headers.extend(ruling.headers)
     return result
 
 
 class RateLimitDecorator:
     """Applies one rule to each endpoint it decorates (see ``rate_limit``)."""
 
-    def __init__(self, rule: Rule, named: bool, options: dict[str, Any]) -> None:
+    def __init__(self, rule: Rule, named: bool, make_guard: Callable[[list[Rule]], Guard]) -> None:
         self.rule = rule
         self.named = named
-        self.options = options
+        #: Builds an endpoint's guard from its rule (with ``rate_limit``'s options).
+        self.make_guard = make_guard
 
     def _guard(self, func: Callable[..., Any]) -> Guard:
         rule = self.rule
         if not self.named:
             name = func.__name__ if _IDENTIFIER.fullmatch(func.__name__) else "endpoint"
-            rule = Rule(**{**_fields(rule), "name": name})
-        guard = Guard([rule], **self.options)
+            rule = dataclasses.replace(rule, name=name)
+        guard = self.make_guard([rule])
         if not self.named:
             # Two modules' ``get_user`` must not share a quota: key on where the handler lives.
             where = f"{func.__module__}.{func.__qualname__}"
@@ -150,24 +149,20 @@ class RateLimitDecorator:
     def __call__(self, func: Callable[P, Any]) -> Callable[P, Any]:
         guard = self._guard(func)
 
-        async def check(request: HTTPConnection) -> Check:
-            method = request.scope.get("method", "GET")
-            return await guard.check(request.scope, method, _route(request))
-
         if inspect.iscoroutinefunction(func):
 
             @functools.wraps(func)
             async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
                 request, sub_response = _connection(args, kwargs)
                 scope = request.scope
-                decided = await guard.check(scope, scope.get("method", "GET"), _route(request))
+                ruling = await guard.decide(scope, scope.get("method", "GET"))
                 try:
-                    if decided.blocking is not None:
-                        return _finish(decided, None, None)
-                    return _finish(decided, await func(*args, **kwargs), sub_response)
+                    if ruling.refusal is not None:
+                        return _refusal_response(ruling.refusal)
+                    return _with_fields(ruling, await func(*args, **kwargs), sub_response)
                 finally:
-                    if decided.slots:
-                        await decided.release()
+                    if ruling.slots is not None:
+                        await ruling.slots.aclose()
 
             wrapper: Callable[P, Any] = async_wrapper
         else:
@@ -175,23 +170,20 @@ class RateLimitDecorator:
             @functools.wraps(func)
             def sync_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
                 request, sub_response = _connection(args, kwargs)
-                decided = anyio.from_thread.run(check, request)
+                scope = request.scope
+                ruling = anyio.from_thread.run(guard.decide, scope, scope.get("method", "GET"))
                 try:
-                    if decided.blocking is not None:
-                        return _finish(decided, None, None)
-                    return _finish(decided, func(*args, **kwargs), sub_response)
+                    if ruling.refusal is not None:
+                        return _refusal_response(ruling.refusal)
+                    return _with_fields(ruling, func(*args, **kwargs), sub_response)
                 finally:
-                    if decided.slots:  # else nothing to free: no trip to the event loop
-                        anyio.from_thread.run(decided.release)
+                    if ruling.slots is not None:  # else nothing to free: no trip to the loop
+                        anyio.from_thread.run(ruling.slots.aclose)
 
             wrapper = sync_wrapper
         wrapper.__signature__ = _advertised(func)  # type: ignore[attr-defined]
         wrapper.guard = guard  # type: ignore[attr-defined]
         return wrapper
-
-
-def _fields(rule: Rule) -> dict[str, Any]:
-    return {name: getattr(rule, name) for name in Rule.__dataclass_fields__}
 
 
 def rate_limit(
@@ -206,10 +198,7 @@ def rate_limit(
     backend: RateLimitBackend | None = None,
     on_decision: DecisionHook | None = None,
     legacy_headers: bool = False,
-    budget: float = 0.25,
-    retry_on_error: float = 1.0,
-    cache_blocked: bool | int = False,
-    clock: Clock | None = None,
+    limiter: LimiterSettings | None = None,
 ) -> RateLimitDecorator:
     """Rate-limit one endpoint with ``policies`` (or ``named`` policies), like a middleware rule.
 
@@ -231,14 +220,13 @@ def rate_limit(
         fail=fail,
         shadow=shadow,
     )
-    options: dict[str, Any] = {
-        "backend": backend,
-        "identity": ClientAddress(),
-        "on_decision": on_decision,
-        "legacy_headers": legacy_headers,
-        "budget": budget,
-        "retry_on_error": retry_on_error,
-        "cache_blocked": cache_blocked,
-        "clock": clock,
-    }
-    return RateLimitDecorator(rule, name is not None, options)
+    make_guard = functools.partial(
+        Guard,
+        backend=backend,
+        identity=None,  # the rule's own, else the client address
+        route=routed_template,
+        on_decision=on_decision,
+        legacy_headers=legacy_headers,
+        limiter=limiter,
+    )
+    return RateLimitDecorator(rule, name is not None, make_guard)

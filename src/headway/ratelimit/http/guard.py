@@ -1,11 +1,14 @@
-"""The part the middleware and the decorator share: check a request against bound rules.
+"""The part the middleware and the decorator share: rule on one request, top down.
 
-``Guard.check`` runs every rule that applies, in order, one limiter decision
-(one round trip) each, and stops at the first rule that rejects (rules after
-it are not charged; rules before it keep their charge, as with any limiter
-chain). It reports every decision to the hook, counts it, logs outages once,
-and returns a ``Check``: the header fields to add and, if the request is
-refused, the refusal (429 with problem+json, or 503 when a rule fails closed).
+``Guard.decide`` finds the route template (only if something reads it), lets
+``exempt`` routes through, asks each rule whether it applies, runs the rules
+that do, in order, one limiter decision (one round trip) each, and stops at
+the first rule that rejects (rules after it are not charged; rules before it
+keep their charge, as with any limiter chain). It reports every decision to
+the hook, counts it, logs outages once, and returns a ``Ruling`` built with
+the ``headers`` module: the header fields to add, or the whole refusal (429
+with problem+json, or 503 when a rule fails closed), and the concurrency
+slots the request holds.
 """
 
 from __future__ import annotations
@@ -15,38 +18,35 @@ import contextlib
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
 
 from headway._clock import Clock, MonotonicClock
 from headway._errors import ConcurrencyLimitExceeded
-from headway._http import PROBLEM_BASE, PROBLEM_HEADERS, Scope, problem_body
+from headway._http import Scope
 from headway.ratelimit.backends.contract import RateLimitBackend
 from headway.ratelimit.backends.memory import MemoryRateLimitBackend
 from headway.ratelimit.concurrency import ConcurrencyLimiter
-from headway.ratelimit.decision import Decision
-from headway.ratelimit.http.headers import (
-    admission_item,
-    legacy_headers,
-    limit_items,
-    retry_after,
-    seconds,
+from headway.ratelimit.http.headers import Refusal, refusal_for, response_fields
+from headway.ratelimit.http.identity import ClientAddress, Identity
+from headway.ratelimit.http.routes import RouteFunction
+from headway.ratelimit.http.rules import (
+    BoundRule,
+    LimiterSettings,
+    Pattern,
+    Rule,
+    RuleAnswer,
+    matches_any,
+    validated_patterns,
 )
-from headway.ratelimit.http.identity import Identity
-from headway.ratelimit.http.rules import BoundRule, Rule
 from headway.ratelimit.slots import Admission
 
-__all__ = ["Check", "DecisionHook", "Guard", "Outcome", "RateLimitEvent", "rules_need_route"]
+__all__ = ["DecisionHook", "DecisionOutcome", "Guard", "RateLimitEvent", "Ruling"]
 
 log = logging.getLogger("headway.ratelimit")
 
-Outcome = Literal["allowed", "rejected", "errored"]
-Headers = list[tuple[bytes, bytes]]
-#: A rule's answer: a rate decision, or an in-flight limit's admission.
-Verdict = Decision | Admission
-
-#: The problem type of draft-ietf-httpapi-ratelimit-headers for a 429.
-QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+#: How one decision went, as ``counts`` and the hook's event name it.
+DecisionOutcome = Literal["allowed", "rejected", "errored"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,110 +65,35 @@ class RateLimitEvent:
     route: str | None
     method: str
     cost: int
-    decision: Decision | Admission
-    outcome: Outcome
+    decision: RuleAnswer
+    outcome: DecisionOutcome
     shadow: bool
 
 
 DecisionHook = Callable[[RateLimitEvent], "Awaitable[None] | None"]
 
 
-@dataclass(slots=True)
-class Check:
-    """What the guard decided for one request, and the concurrency slots it holds.
+class Ruling(NamedTuple):
+    """What the guard ruled on one request (a named tuple: one is built per request).
 
-    ``checked`` pairs each rule that ran with its rate decision or, for an
-    in-flight limit, its admission (a rule with both has two entries).
-    ``release`` gives every slot back, at most once: the middleware calls it
-    when the response ends, the client leaves, or the app returns or raises.
+    ``headers``: the RateLimit fields to add to the app's response (empty when
+    no rule applied). ``refusal``: status, headers and body of the response
+    refusing the request, or None. ``slots``: the concurrency slots the
+    request holds, or None; ``aclose()`` gives them all back (at most once):
+    call it when the response ends, the client leaves, or the app returns or raises.
     """
 
-    legacy: bool = False
-    checked: list[tuple[BoundRule, Verdict]] = field(default_factory=list)
-    blocking: tuple[BoundRule, Verdict] | None = None
-    slots: list[contextlib.AsyncExitStack] = field(default_factory=list)
-
-    async def release(self) -> None:
-        """Release every slot this request holds (idempotent)."""
-        while self.slots:
-            await self.slots.pop().aclose()
-
-    def headers(self) -> Headers:
-        """``RateLimit-Policy`` and ``RateLimit`` (and legacy fields if asked) for the response."""
-        checked = self.checked
-        if len(checked) == 1:  # the usual case: one rule, one rate decision
-            rule, verdict = checked[0]
-            head = [(b"ratelimit-policy", rule.policy_field)]
-            if not isinstance(verdict, Decision):
-                if items := admission_item(rule.slot_header, verdict):
-                    head.append((b"ratelimit", ", ".join(items).encode()))
-            elif items := limit_items(rule.header_names, verdict):  # none when it failed
-                head.append((b"ratelimit", ", ".join(items).encode()))
-                if self.legacy:
-                    head.extend(legacy_headers(verdict))
-            return head
-        if not checked:
-            return []
-        seen: list[BoundRule] = []
-        limits: list[str] = []
-        for rule, verdict in self.checked:
-            if rule not in seen:
-                seen.append(rule)
-            if isinstance(verdict, Decision):
-                limits.extend(limit_items(rule.header_names, verdict))
-            else:
-                limits.extend(admission_item(rule.slot_header, verdict))
-        # Each rule's items are serialized once, ASCII: joining bytes is joining the items.
-        policies = (
-            seen[0].policy_field if len(seen) == 1 else b", ".join(r.policy_field for r in seen)
-        )
-        head = [(b"ratelimit-policy", policies)]
-        if limits:
-            head.append((b"ratelimit", ", ".join(limits).encode()))
-        if self.legacy:
-            known = [d for _, d in self.checked if isinstance(d, Decision) and not d.failed]
-            if known:
-                tightest = min(known, key=lambda d: (d.allowed, d.remaining, -d.retry_after))
-                head.extend(legacy_headers(tightest))
-        return head
-
-    def refusal(self) -> tuple[int, Headers, bytes]:
-        """Status, headers and problem+json body refusing the request (``blocking`` is set)."""
-        assert self.blocking is not None
-        rule, verdict = self.blocking
-        if verdict.failed:
-            wait = max(1, seconds(verdict.retry_after))
-            body = problem_body(
-                503, PROBLEM_BASE + "ratelimit-unavailable", "Service Unavailable",
-                f"The rate limit {rule.name!r} could not be checked; nothing was done. "
-                f"Retry in {wait} s.",
-            )  # fmt: skip
-        else:
-            wait = retry_after(d for _, d in self.checked)
-            if isinstance(verdict, Decision):
-                violated = [
-                    name for name, part in zip(rule.names, verdict.policies, strict=True)
-                    if not part.allowed
-                ] or rule.names[:1]  # fmt: skip
-                what = "Too many requests"
-            else:
-                violated, what = [rule.slot_name], "Too many requests in flight"
-            body = problem_body(
-                429, QUOTA_EXCEEDED, "Quota Exceeded",
-                f"{what} for policy {', '.join(map(repr, violated))}; retry in {wait} s.",
-                {"violated-policies": violated},
-            )  # fmt: skip
-        status = 503 if verdict.failed else 429
-        return (
-            status,
-            [*PROBLEM_HEADERS, (b"retry-after", str(wait).encode()), *self.headers()],
-            body,
-        )
+    headers: Sequence[tuple[bytes, bytes]]
+    refusal: Refusal | None
+    slots: contextlib.AsyncExitStack | None
 
 
-def rules_need_route(rules: Sequence[BoundRule]) -> bool:
-    """Whether the rules read the route template (else only the hook's event shows it)."""
-    return any(rule.rule.routes or rule.rule.exempt or rule.rule.per == "route" for rule in rules)
+#: ``_ruling(Ruling, (headers, refusal, slots))`` builds a ``Ruling`` without the named
+#: tuple's Python-level ``__new__``: one frame less on every limited request.
+_ruling = tuple.__new__
+
+#: The ruling on a request no rule applies to (shared: it holds nothing).
+NO_RULE_APPLIED = Ruling((), None, None)
 
 
 class OutageLog:
@@ -209,27 +134,25 @@ class OutageLog:
             self.failing = self.reported = False
 
 
-async def _resolve(value: object) -> None:
-    if inspect.isawaitable(value):
-        await value
-
-
 class Guard:
-    """Bound rules plus what every check shares: hook, counters, shadow mode, outage log."""
+    """Bound rules plus what every request shares: route lookup, hook, counters, outage log.
+
+    ``identity`` is the rules' default (the socket peer's address when None);
+    ``exempt`` routes skip every rule; ``route`` finds a request's template.
+    """
 
     def __init__(
         self,
         rules: Sequence[Rule],
         *,
         backend: RateLimitBackend | None,
-        identity: Identity | Sequence[Identity],
+        identity: Identity | Sequence[Identity] | None,
+        route: RouteFunction,
+        exempt: Sequence[Pattern] = (),
         shadow: bool = False,
         on_decision: DecisionHook | None = None,
         legacy_headers: bool = False,
-        budget: float = 0.25,
-        retry_on_error: float = 1.0,
-        cache_blocked: bool | int = False,
-        clock: Clock | None = None,
+        limiter: LimiterSettings | None = None,
     ) -> None:
         if isinstance(rules, Rule):
             raise TypeError("rules takes a list of Rule, not one Rule")
@@ -237,28 +160,35 @@ class Guard:
         if len(set(names)) != len(names):
             raise ValueError(f"rule names must be unique (they name quotas): {names!r}")
         backend = backend or MemoryRateLimitBackend()
-        self.rules = [
-            BoundRule(
-                rule, backend, identity, budget=budget, retry_on_error=retry_on_error,
-                cache_blocked=cache_blocked, clock=clock,
-            )
-            for rule in rules
-        ]  # fmt: skip
+        settings = limiter or LimiterSettings()
+        default_identity = identity if identity is not None else ClientAddress()
+        self.rules = [BoundRule(rule, backend, default_identity, settings) for rule in rules]
         header_names = [n for r in self.rules for n in r.names]
         if len(set(header_names)) != len(header_names):
             raise ValueError(f"policy names must be unique across rules: {header_names!r}")
+        self.route = route
+        self.exempt = validated_patterns("exempt", exempt)
         self.shadow = shadow
         self.on_decision = on_decision
         self.legacy = legacy_headers
+        # Finding the template walks the router: skip it when nothing reads it (no
+        # pattern, no per-route quota, no hook to report it).
+        self.reads_route = (
+            bool(self.exempt) or on_decision is not None or any(r.reads_route for r in self.rules)
+        )
         #: Decisions by (rule name, outcome): feed them to your metrics, or use the hook.
-        self.counts: collections.Counter[tuple[str, Outcome]] = collections.Counter()
-        clock = clock or MonotonicClock()
+        self.counts: collections.Counter[tuple[str, DecisionOutcome]] = collections.Counter()
+        clock = settings.clock or MonotonicClock()
         self.outages = {r.name: OutageLog(r.name, clock) for r in self.rules}
 
-    async def check(self, scope: Scope, method: str, route: str | None) -> Check:
-        """Run the rules that apply to this request (see the module docstring)."""
-        check = Check(self.legacy)
+    async def decide(self, scope: Scope, method: str) -> Ruling:
+        """Rule on one request (see the module docstring)."""
+        route = self.route(scope) if self.reads_route else None
         path: str = scope.get("path", "")
+        if self.exempt and matches_any(self.exempt, route if route is not None else path):
+            return NO_RULE_APPLIED
+        checked: list[tuple[BoundRule, RuleAnswer]] = []
+        slots: contextlib.AsyncExitStack | None = None
         for rule in self.rules:
             if not rule.applies(method, route, path):
                 continue
@@ -271,52 +201,45 @@ class Guard:
                 cost = await rule.cost(scope)
             key = rule.key(identity, route, path)
             shadow = self.shadow or rule.shadow
-            verdicts: list[Verdict] = []
-            if rule.limiter is not None:
-                # ``_decide`` is what ``hit`` awaits: one coroutine less per request.
-                verdicts.append(await rule.limiter._decide(key, cost, False))
-            if rule.concurrency is not None and (not verdicts or verdicts[0].allowed or shadow):
-                verdicts.append(await self._take_slot(check, rule.concurrency, key))
-            refused: Verdict | None = None
-            for verdict in verdicts:
-                check.checked.append((rule, verdict))
-                outcome = self._note(rule, verdict)
+            # ``_decide`` is what ``hit`` awaits: one coroutine less per request.
+            limiter = rule.limiter
+            rate = None if limiter is None else await limiter._decide(key, cost, False)
+            held: Admission | None = None
+            if rule.concurrency is not None and (rate is None or rate.allowed or shadow):
+                if slots is None:
+                    slots = contextlib.AsyncExitStack()
+                held = await _take_slot(slots, rule.concurrency, key)
+            refused: RuleAnswer | None = None
+            for answer in (rate, held):
+                if answer is None:
+                    continue
+                checked.append((rule, answer))
+                outcome = self._note(rule, answer)
                 if self.on_decision is not None:
                     event = RateLimitEvent(
-                        rule.name, identity, route, method, cost, verdict, outcome,
-                        shadow and not verdict.allowed,
+                        rule.name, identity, route, method, cost, answer, outcome,
+                        shadow and not answer.allowed,
                     )  # fmt: skip
                     await self._report(event)
-                if refused is None and not verdict.allowed:
-                    refused = verdict
+                if refused is None and not answer.allowed:
+                    refused = answer
             if refused is not None:
-                if shadow:
-                    log.info("shadow: rule %r would refuse %s %s for %s", rule.name, method,
-                             path, identity)  # fmt: skip
-                    continue
-                check.blocking = (rule, refused)
-                break
-        return check
+                if not shadow:
+                    return Ruling((), refusal_for(rule, refused, checked, self.legacy), slots)
+                log.info("shadow: rule %r would refuse %s %s for %s", rule.name, method,
+                         path, identity)  # fmt: skip
+        if not checked:
+            return NO_RULE_APPLIED
+        return _ruling(Ruling, (response_fields(checked, self.legacy), None, slots))
 
-    @staticmethod
-    async def _take_slot(check: Check, limiter: ConcurrencyLimiter, key: str) -> Admission:
-        """Hold a slot on ``key`` (renewed while held) until ``check.release()``."""
-        stack = contextlib.AsyncExitStack()
-        try:
-            admission = await stack.enter_async_context(limiter.hold(key))
-        except ConcurrencyLimitExceeded as exc:
-            return exc.admission
-        check.slots.append(stack)
-        return admission
-
-    def _note(self, rule: BoundRule, decision: Verdict) -> Outcome:
-        outcome: Outcome
+    def _note(self, rule: BoundRule, answer: RuleAnswer) -> DecisionOutcome:
+        outcome: DecisionOutcome
         outages = self.outages[rule.name]
-        if decision.failed:
+        if answer.failed:
             outcome = "errored"
-            outages.failure("open" if decision.allowed else "closed")
+            outages.failure("open" if answer.allowed else "closed")
         else:
-            outcome = "allowed" if decision.allowed else "rejected"
+            outcome = "allowed" if answer.allowed else "rejected"
             if outages.failing:
                 outages.success()
         self.counts[rule.name, outcome] += 1
@@ -326,8 +249,18 @@ class Guard:
         assert self.on_decision is not None
         try:
             result = self.on_decision(event)
-            if result is not None:  # a sync hook returns None: nothing to await
-                await _resolve(result)
+            if result is not None and inspect.isawaitable(result):  # a sync hook returns None
+                await result
         except Exception:
             # A broken metrics hook must not break the requests it observes.
             log.exception("rate limit on_decision hook failed")
+
+
+async def _take_slot(
+    slots: contextlib.AsyncExitStack, limiter: ConcurrencyLimiter, key: str
+) -> Admission:
+    """Hold a slot on ``key`` (renewed while held) until ``slots`` is closed."""
+    try:
+        return await slots.enter_async_context(limiter.hold(key))
+    except ConcurrencyLimitExceeded as exc:
+        return exc.admission

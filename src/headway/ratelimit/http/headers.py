@@ -1,4 +1,4 @@
-"""The IETF RateLimit header fields (draft-ietf-httpapi-ratelimit-headers-10), pure.
+"""The IETF RateLimit header fields (draft-ietf-httpapi-ratelimit-headers-10), and refusals; pure.
 
 ``RateLimit-Policy`` and ``RateLimit`` are Structured Field Lists (RFC 9651),
 one Item per policy: the policy's name as a String, with parameters ``q``
@@ -19,27 +19,38 @@ that rejected the request it is the seconds until a retry of the same cost
 could succeed, which is also what ``Retry-After`` says, so ``Retry-After``
 never points earlier than ``t``. Times are rounded *up*: a client that
 waits what it is told is never early.
+
+The guard builds every response with ``response_fields`` (what an admitted
+request's response gains) and ``refusal_for`` (a whole 429 or 503, problem+json).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import http_sf
 
+from headway._http import PROBLEM_BASE, problem_response
 from headway.ratelimit.decision import Decision, PolicyDecision
 from headway.ratelimit.policies import Policy
 from headway.ratelimit.slots import Admission
 
+if TYPE_CHECKING:  # rules serialize their items with this module: no import cycle at run time
+    from headway.ratelimit.http.rules import BoundRule, RuleAnswer
+
 __all__ = [
     "CONCURRENCY_RETRY",
     "MAX_INTEGER",
+    "Refusal",
     "admission_item",
     "concurrency_item",
     "legacy_headers",
     "limit_items",
     "policy_item",
+    "refusal_for",
+    "response_fields",
     "retry_after",
     "seconds",
     "sf_string",
@@ -47,6 +58,13 @@ __all__ = [
 
 #: ``Retry-After`` (and ``t``) when every concurrency slot is in use, in seconds.
 CONCURRENCY_RETRY = 1
+
+#: The problem type of draft-ietf-httpapi-ratelimit-headers for a 429.
+QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+Headers = list[tuple[bytes, bytes]]
+#: A response refusing a request: status, headers, problem+json body.
+Refusal = tuple[int, Headers, bytes]
 
 #: The largest Integer a Structured Field can carry (RFC 9651, 15 digits).
 MAX_INTEGER = 999_999_999_999_999
@@ -145,3 +163,79 @@ def legacy_headers(decision: Decision) -> list[tuple[bytes, bytes]]:
         (b"x-ratelimit-remaining", str(decision.remaining).encode()),
         (b"x-ratelimit-reset", str(seconds(reset)).encode()),
     ]
+
+
+def response_fields(checked: Sequence[tuple[BoundRule, RuleAnswer]], legacy: bool) -> Headers:
+    """``RateLimit-Policy`` and ``RateLimit`` (and legacy fields if asked) for the response.
+
+    ``checked`` pairs each rule that ran with its answer (a rule with a rate
+    policy and an in-flight limit has two entries).
+    """
+    if len(checked) == 1:  # the usual case: one rule, one rate decision
+        rule, answer = checked[0]
+        head = [(b"ratelimit-policy", rule.policy_field)]
+        if not isinstance(answer, Decision):
+            if items := admission_item(rule.slot_header, answer):
+                head.append((b"ratelimit", ", ".join(items).encode()))
+        elif items := limit_items(rule.header_names, answer):  # none when it failed
+            head.append((b"ratelimit", ", ".join(items).encode()))
+            if legacy:
+                head.extend(legacy_headers(answer))
+        return head
+    if not checked:
+        return []
+    seen: list[BoundRule] = []
+    limits: list[str] = []
+    for rule, answer in checked:
+        if rule not in seen:
+            seen.append(rule)
+        if isinstance(answer, Decision):
+            limits.extend(limit_items(rule.header_names, answer))
+        else:
+            limits.extend(admission_item(rule.slot_header, answer))
+    # Each rule's items are serialized once, ASCII: joining bytes is joining the items.
+    policies = seen[0].policy_field if len(seen) == 1 else b", ".join(r.policy_field for r in seen)
+    head = [(b"ratelimit-policy", policies)]
+    if limits:
+        head.append((b"ratelimit", ", ".join(limits).encode()))
+    if legacy:
+        known = [d for _, d in checked if isinstance(d, Decision) and not d.failed]
+        if known:
+            tightest = min(known, key=lambda d: (d.allowed, d.remaining, -d.retry_after))
+            head.extend(legacy_headers(tightest))
+    return head
+
+
+def refusal_for(
+    rule: BoundRule,
+    answer: RuleAnswer,
+    checked: Sequence[tuple[BoundRule, RuleAnswer]],
+    legacy: bool,
+) -> Refusal:
+    """Status, headers and problem+json body refusing a request that ``rule`` refused.
+
+    429 names the violated policies; 503 says the rule failed closed.
+    """
+    extensions: dict[str, Any] | None = None
+    if answer.failed:
+        wait = max(1, seconds(answer.retry_after))
+        status, type_uri, title = 503, PROBLEM_BASE + "ratelimit-unavailable", "Service Unavailable"
+        detail = (
+            f"The rate limit {rule.name!r} could not be checked; nothing was done. "
+            f"Retry in {wait} s."
+        )
+    else:
+        wait = retry_after(a for _, a in checked)
+        if isinstance(answer, Decision):
+            violated = [
+                name for name, part in zip(rule.names, answer.policies, strict=True)
+                if not part.allowed
+            ] or rule.names[:1]  # fmt: skip
+            what = "Too many requests"
+        else:
+            violated, what = [rule.slot_name], "Too many requests in flight"
+        status, type_uri, title = 429, QUOTA_EXCEEDED, "Quota Exceeded"
+        detail = f"{what} for policy {', '.join(map(repr, violated))}; retry in {wait} s."
+        extensions = {"violated-policies": violated}
+    fields = [(b"retry-after", str(wait).encode()), *response_fields(checked, legacy)]
+    return problem_response(status, type_uri, title, detail, headers=fields, extensions=extensions)

@@ -1,18 +1,23 @@
-"""``RateLimitMiddleware``: rate-limit rules in front of any ASGI app (pure ASGI)."""
+"""``RateLimitMiddleware``: rate-limit rules in front of any ASGI app (pure ASGI).
+
+The middleware asks its ``Guard`` once per request and sends what it ruled:
+the app's response with the RateLimit fields added, or the refusal.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 from collections.abc import Awaitable, Sequence
 
-from headway._clock import Clock
 from headway._http import ASGIApp, Message, Receive, Scope, Send, send_response
 from headway.ratelimit.backends.contract import RateLimitBackend
-from headway.ratelimit.http.guard import Check, DecisionHook, Guard, Outcome, rules_need_route
-from headway.ratelimit.http.identity import ClientAddress, Identity
+from headway.ratelimit.http.guard import DecisionHook, DecisionOutcome, Guard
+from headway.ratelimit.http.headers import Refusal
+from headway.ratelimit.http.identity import Identity
 from headway.ratelimit.http.routes import RouteCache, RouteFunction
-from headway.ratelimit.http.rules import Pattern, Rule, _check_patterns, _matches
+from headway.ratelimit.http.rules import LimiterSettings, Pattern, Rule
 
 __all__ = ["RateLimitMiddleware"]
 
@@ -35,9 +40,9 @@ class RateLimitMiddleware:
     every rule report without refusing. ``on_decision`` is called with a
     ``RateLimitEvent`` for every decision. ``websocket`` also limits
     WebSocket connection attempts (as GET requests); other scopes pass
-    through. ``budget``, ``retry_on_error`` and ``cache_blocked`` configure
-    each rule's ``RateLimiter``; with no ``backend``, limits live in this
-    process's memory.
+    through. ``limiter`` configures each rule's ``RateLimiter`` (budget,
+    retry on error, blocked-key cache, clock: see ``LimiterSettings``); with
+    no ``backend``, limits live in this process's memory.
 
     ``route`` overrides how the template is found: a function of the scope
     returning the template (or None when unknown: rules then match the raw
@@ -57,33 +62,24 @@ class RateLimitMiddleware:
         legacy_headers: bool = False,
         websocket: bool = False,
         route: RouteFunction | None = None,
-        budget: float = 0.25,
-        retry_on_error: float = 1.0,
-        cache_blocked: bool | int = False,
-        clock: Clock | None = None,
+        limiter: LimiterSettings | None = None,
     ) -> None:
         self.app = app
+        self.websocket = websocket
         self.guard = Guard(
             rules,
             backend=backend,
-            identity=identity if identity is not None else ClientAddress(),
+            identity=identity,
+            route=route or RouteCache(app),
+            exempt=exempt,
             shadow=shadow,
             on_decision=on_decision,
             legacy_headers=legacy_headers,
-            budget=budget,
-            retry_on_error=retry_on_error,
-            cache_blocked=cache_blocked,
-            clock=clock,
+            limiter=limiter,
         )
-        self.exempt = _check_patterns("exempt", exempt)
-        self.websocket = websocket
-        self.route: RouteFunction = route or RouteCache(app)
-        # Finding the template walks the router: skip it when nothing would read it
-        # (no pattern, no per-route quota and, checked per request, no hook to report it).
-        self._needs_route = bool(self.exempt) or rules_need_route(self.guard.rules)
 
     @property
-    def counts(self) -> collections.Counter[tuple[str, Outcome]]:
+    def counts(self) -> collections.Counter[tuple[str, DecisionOutcome]]:
         """Decisions counted by (rule name, outcome): allowed, rejected, errored."""
         return self.guard.counts
 
@@ -96,32 +92,35 @@ class RateLimitMiddleware:
         else:
             await self.app(scope, receive, send)
             return
-        needs_route = self._needs_route or self.guard.on_decision is not None
-        route = self.route(scope) if needs_route else None
-        if self.exempt and _matches(self.exempt, route if route is not None else scope["path"]):
-            await self.app(scope, receive, send)
-            return
-        check = await self.guard.check(scope, method, route)
-        try:
-            if check.blocking is not None:
-                refuse = _refuse if kind == "http" else _refuse_websocket
-                await refuse(check, scope, receive, send)
-            elif not check.checked:
-                await self.app(scope, receive, send)
-            elif not check.slots:
-                await self.app(scope, receive, _with_headers(send, check.headers(), kind))
+        headers, refusal, slots = await self.guard.decide(scope, method)
+        if slots is None:  # the usual case: nothing to give back
+            if refusal is not None:
+                await _refuse(refusal, scope, receive, send)
+            elif headers:
+                await self.app(scope, receive, _with_headers(send, headers, kind))
             else:
-                await self._holding(check, scope, receive, send, kind)
-        finally:
-            if check.slots:  # the app returned or raised: free its slots
-                await check.release()
+                await self.app(scope, receive, send)
+            return
+        try:
+            if refusal is not None:
+                await _refuse(refusal, scope, receive, send)
+            else:
+                await self._holding(slots, headers, scope, receive, send)
+        finally:  # the app returned or raised: free its slots
+            await slots.aclose()
 
     async def _holding(
-        self, check: Check, scope: Scope, receive: Receive, send: Send, kind: str
+        self,
+        slots: contextlib.AsyncExitStack,
+        headers: Sequence[tuple[bytes, bytes]],
+        scope: Scope,
+        receive: Receive,
+        send: Send,
     ) -> None:
         """Run the app while the request holds concurrency slots."""
-        watch = _DisconnectWatch(receive, check) if kind == "http" else None
-        send = _with_headers(_releasing(send, check), check.headers(), kind)
+        kind = scope["type"]
+        watch = _DisconnectWatch(receive, slots) if kind == "http" else None
+        send = _with_headers(_releasing(send, slots), headers, kind)
         try:
             await self.app(scope, watch or receive, send)
         finally:
@@ -129,7 +128,7 @@ class RateLimitMiddleware:
                 await watch.close()
 
 
-def _with_headers(send: Send, extra: list[tuple[bytes, bytes]], kind: str) -> Send:
+def _with_headers(send: Send, extra: Sequence[tuple[bytes, bytes]], kind: str) -> Send:
     start = "http.response.start" if kind == "http" else "websocket.accept"
 
     # Not a coroutine: it hands back the server's awaitable (one frame less per message).
@@ -141,7 +140,7 @@ def _with_headers(send: Send, extra: list[tuple[bytes, bytes]], kind: str) -> Se
     return wrapped
 
 
-def _releasing(send: Send, check: Check) -> Send:
+def _releasing(send: Send, slots: contextlib.AsyncExitStack) -> Send:
     """Free the request's slots once its response is complete (not after background tasks)."""
 
     async def wrapped(message: Message) -> None:
@@ -150,7 +149,7 @@ def _releasing(send: Send, check: Check) -> Send:
         if (kind == "http.response.body" and not message.get("more_body", False)) or (
             kind == "websocket.close"
         ):
-            await check.release()
+            await slots.aclose()
 
     return wrapped
 
@@ -164,9 +163,9 @@ class _DisconnectWatch:
     message, and ``http.disconnect`` again on every call after the last.
     """
 
-    def __init__(self, receive: Receive, check: Check) -> None:
+    def __init__(self, receive: Receive, slots: contextlib.AsyncExitStack) -> None:
         self.receive = receive
-        self.check = check
+        self.slots = slots
         self.queue: asyncio.Queue[Message] = asyncio.Queue(maxsize=1)
         self.final: Message | None = None
         self.pump = asyncio.get_running_loop().create_task(self._relay())
@@ -175,7 +174,7 @@ class _DisconnectWatch:
         while True:
             message = await self.receive()
             if message["type"] == "http.disconnect":
-                await self.check.release()
+                await self.slots.aclose()
                 self.final = message
             await self.queue.put(message)
             if self.final is not None:
@@ -203,19 +202,14 @@ class _DisconnectWatch:
             self.pump.exception()  # retrieved: the app has already seen it, if it asked
 
 
-async def _refuse(check: Check, scope: Scope, receive: Receive, send: Send) -> None:
-    status, headers, body = check.refusal()
-    await send_response(send, status, headers, body)
-
-
-async def _refuse_websocket(check: Check, scope: Scope, receive: Receive, send: Send) -> None:
-    status, headers, body = check.refusal()
+async def _refuse(refusal: Refusal, scope: Scope, receive: Receive, send: Send) -> None:
+    """Send the refusal (to a WebSocket handshake: as a denial response, if the server can)."""
+    if scope["type"] == "http":
+        await send_response(send, *refusal)
+        return
     await receive()  # websocket.connect
     if "websocket.http.response" in scope.get("extensions", {}):
-        headers = [*headers, (b"content-length", str(len(body)).encode())]
-        start = {"type": "websocket.http.response.start", "status": status, "headers": headers}
-        await send(start)
-        await send({"type": "websocket.http.response.body", "body": body})
+        await send_response(send, *refusal, websocket=True)
     else:
         # Closing before accepting makes the server answer 403 to the handshake.
         await send({"type": "websocket.close", "code": 1008, "reason": "rate limited"})

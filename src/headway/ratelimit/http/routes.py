@@ -13,6 +13,8 @@ The routes come from ``scope["app"]`` (which Starlette and FastAPI set before
 running their middleware stack) or, for a middleware wrapped around the app
 by hand, from the wrapped app (followed through ``.app`` attributes). Any
 other framework can pass its own ``route=`` function to the middleware.
+Code that runs after routing (the decorator) reads the template the router
+recorded instead: ``routed_template``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from starlette.routing import Match
 
 from headway._http import Scope
 
-__all__ = ["RouteCache", "RouteFunction", "starlette_route"]
+__all__ = ["RouteCache", "RouteFunction", "routed_template"]
 
 RouteFunction = Callable[[Scope], "str | None"]
 
@@ -89,16 +91,17 @@ def _template(routes: Sequence[Any], scope: Scope) -> str | None:
     return _CONVERTOR.sub(r"{\1}", template)
 
 
-def starlette_route(scope: Scope, app: Any = None) -> str | None:
-    """The template of the Starlette/FastAPI route that will serve ``scope``, or None."""
-    routes = _routes_of(scope.get("app")) or _routes_of(app)
-    return _template(routes, scope) if routes else None
+def routed_template(scope: Scope) -> str | None:
+    """The template of the route Starlette/FastAPI has already matched (``scope["route"]``)."""
+    template = getattr(scope.get("route"), "path_format", None)
+    return template if isinstance(template, str) else None
 
 
 class RouteCache:
-    """``starlette_route`` behind a small LRU cache of recently seen requests.
+    """The template of the Starlette/FastAPI route that will serve a request, or None.
 
-    The key holds everything routing reads (method, path, root path, host) and
+    Behind a small LRU cache of recently seen requests:
+    its key holds everything routing reads (method, path, root path, host) and
     the route list's identity and length, so a route added later is seen; the
     cache is bounded, so paths full of ids cannot grow it.
     """

@@ -1,7 +1,7 @@
 """``Rule``: which requests a set of policies guards, whose quota they charge, at what cost.
 
-A rule is a plain value; the middleware (or the decorator) binds it to a
-backend as a ``BoundRule``, which owns the rule's ``RateLimiter``, its
+A rule is a plain value; the guard binds it to a backend as a ``BoundRule``,
+which owns the rule's ``RateLimiter`` (configured by ``LimiterSettings``), its
 serialized header items, and decides whether it applies to a request.
 """
 
@@ -21,23 +21,38 @@ from headway._http import Scope
 from headway.ratelimit.backends.contract import ConcurrencyBackend, RateLimitBackend
 from headway.ratelimit.concurrency import ConcurrencyLimiter
 from headway.ratelimit.core import check_policies
+from headway.ratelimit.decision import Decision
 from headway.ratelimit.http.headers import concurrency_item, policy_item, sf_string
 from headway.ratelimit.http.identity import ApiKey, AuthenticatedUser, ClientAddress, Identity
 from headway.ratelimit.limiter import RateLimiter
 from headway.ratelimit.policies import Concurrency, OnError, Policy
+from headway.ratelimit.slots import Admission
 
-__all__ = ["BoundRule", "CostFunction", "Limit", "Pattern", "Rule"]
+__all__ = [
+    "BoundRule",
+    "CostFunction",
+    "Limit",
+    "LimiterSettings",
+    "Pattern",
+    "Rule",
+    "RuleAnswer",
+    "matches_any",
+    "validated_patterns",
+]
 
 CostFunction = Callable[[Scope], "int | Awaitable[int]"]
 Pattern = str | re.Pattern[str]
 Per = Literal["rule", "route", "path"]
 #: What a rule may hold: rate policies, and at most one in-flight limit.
 Limit = Policy | Concurrency
+#: What a rule answers for a request: a rate ``Decision``, or an in-flight limit's ``Admission``.
+RuleAnswer = Decision | Admission
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 
-def _check_patterns(field: str, patterns: Sequence[Pattern]) -> tuple[Pattern, ...]:
+def validated_patterns(field: str, patterns: Sequence[Pattern]) -> tuple[Pattern, ...]:
+    """``patterns`` as a tuple, or TypeError naming ``field`` if one is not a pattern."""
     if isinstance(patterns, str | re.Pattern):
         raise TypeError(f"Rule.{field} takes a list of patterns, not one pattern")
     for pattern in patterns:
@@ -46,7 +61,8 @@ def _check_patterns(field: str, patterns: Sequence[Pattern]) -> tuple[Pattern, .
     return tuple(patterns)
 
 
-def _matches(patterns: Sequence[Pattern], subject: str) -> bool:
+def matches_any(patterns: Sequence[Pattern], subject: str) -> bool:
+    """Whether a template, a glob on templates or a regex (searched) matches ``subject``."""
     for pattern in patterns:
         if isinstance(pattern, re.Pattern):
             if pattern.search(subject):
@@ -99,8 +115,8 @@ class Rule:
             raise ValueError(
                 f"Rule.name must be 1-64 letters, digits, '_', '.' or '-', got {self.name!r}"
             )
-        _check_patterns("routes", self.routes)
-        _check_patterns("exempt", self.exempt)
+        validated_patterns("routes", self.routes)
+        validated_patterns("exempt", self.exempt)
         if self.per not in ("rule", "route", "path"):
             raise ValueError(f"Rule.per must be 'rule', 'route' or 'path', got {self.per!r}")
         if self.fail not in (None, "open", "closed"):
@@ -125,6 +141,49 @@ class Rule:
         return {f"{self.name}-{i}": p for i, p in enumerate(policies, 1)}
 
 
+@dataclass(frozen=True, slots=True)
+class LimiterSettings:
+    """How each rule's limiter calls the backend (the middleware's and decorator's ``limiter``).
+
+    - ``budget``: seconds a decision may take before the rule fails open or closed.
+    - ``retry_on_error``: the ``Retry-After`` (seconds) of a decision the backend failed.
+    - ``cache_blocked``: remember rejections in process until they expire (True, or the
+      number of keys to remember), as ``RateLimiter(cache_blocked=...)``.
+    - ``clock``: the monotonic clock of budgets, the blocked-key cache and the outage log
+      (tests inject one).
+    """
+
+    budget: float = 0.25
+    retry_on_error: float = 1.0
+    cache_blocked: bool | int = False
+    clock: Clock | None = None
+
+    def rate_limiter(self, policies: Sequence[Policy], backend: RateLimitBackend) -> RateLimiter:
+        """A ``RateLimiter`` of ``policies`` on ``backend``, with these settings."""
+        return RateLimiter(
+            *policies,
+            backend=backend,
+            budget=self.budget,
+            retry_on_error=self.retry_on_error,
+            cache_blocked=self.cache_blocked,
+            clock=self.clock,
+        )
+
+    def concurrency_limiter(
+        self, policy: Concurrency, backend: RateLimitBackend
+    ) -> ConcurrencyLimiter:
+        """A ``ConcurrencyLimiter`` of ``policy`` on ``backend`` (which must hold slots)."""
+        if not hasattr(backend, "acquire_slot"):
+            raise TypeError(f"backend {backend!r} cannot hold concurrency slots")
+        return ConcurrencyLimiter(
+            policy,
+            backend=cast(ConcurrencyBackend, backend),
+            budget=self.budget,
+            retry_on_error=self.retry_on_error,
+            clock=self.clock,
+        )
+
+
 def _split(named: dict[str, Limit]) -> tuple[dict[str, Policy], dict[str, Concurrency]]:
     rates = {n: p for n, p in named.items() if not isinstance(p, Concurrency)}
     slots = {n: p for n, p in named.items() if isinstance(p, Concurrency)}
@@ -147,11 +206,7 @@ class BoundRule:
         rule: Rule,
         backend: RateLimitBackend,
         default_identity: Identity | Sequence[Identity],
-        *,
-        budget: float,
-        retry_on_error: float,
-        cache_blocked: bool | int,
-        clock: Clock | None = None,
+        settings: LimiterSettings,
     ) -> None:
         rates, slots = _split(rule.named_policies())
         if rule.fail is not None:
@@ -163,30 +218,13 @@ class BoundRule:
         #: What keys start with: the name, unless the decorator makes it unique per endpoint.
         self.prefix = rule.name
         self.names = list(rates)
-        self.limiter: RateLimiter | None = None
-        if rates:
-            self.limiter = RateLimiter(
-                *rates.values(),
-                backend=backend,
-                budget=budget,
-                retry_on_error=retry_on_error,
-                cache_blocked=cache_blocked,
-                clock=clock,
-            )
+        self.limiter = settings.rate_limiter(list(rates.values()), backend) if rates else None
         self.header_names = [sf_string(n) for n in self.names]
         self.policy_items = [policy_item(n, p) for n, p in rates.items()]
         self.concurrency: ConcurrencyLimiter | None = None
         self.slot_name = self.slot_header = ""
         for name, policy in slots.items():
-            if not hasattr(backend, "acquire_slot"):
-                raise TypeError(f"backend {backend!r} cannot hold concurrency slots")
-            self.concurrency = ConcurrencyLimiter(
-                policy,
-                backend=cast(ConcurrencyBackend, backend),
-                budget=budget,
-                retry_on_error=retry_on_error,
-                clock=clock,
-            )
+            self.concurrency = settings.concurrency_limiter(policy, backend)
             self.slot_name, self.slot_header = name, sf_string(name)
             self.policy_items.append(concurrency_item(name, policy.limit))
         #: The ``RateLimit-Policy`` items, serialized once (they never change).
@@ -203,6 +241,8 @@ class BoundRule:
         #: The cost when it is a constant (no function to call).
         self.fixed_cost = rule.cost if isinstance(rule.cost, int) else None
         self.shadow = rule.shadow
+        #: Whether deciding reads the route template (patterns, or a quota per route).
+        self.reads_route = bool(rule.routes or rule.exempt or rule.per == "route")
 
     def applies(self, method: str, route: str | None, path: str) -> bool:
         """Whether the rule guards this request (``route`` is the template, if known)."""
@@ -210,9 +250,9 @@ class BoundRule:
             return False
         subject = route if route is not None else path
         rule = self.rule
-        if rule.routes and not _matches(rule.routes, subject):
+        if rule.routes and not matches_any(rule.routes, subject):
             return False
-        return not (rule.exempt and _matches(rule.exempt, subject))
+        return not (rule.exempt and matches_any(rule.exempt, subject))
 
     async def identify(self, scope: Scope) -> str | None:
         """The first identity that applies to the request, or None."""
