@@ -46,8 +46,8 @@ class ScriptCall:
 
     __slots__ = (
         "always",
-        "count",
         "deadline",
+        "elements",
         "future",
         "orphan",
         "reloaded",
@@ -61,7 +61,7 @@ class ScriptCall:
         self,
         future: asyncio.Future[Any],
         script: Script,
-        count: int,
+        elements: int,
         tail: bytes,
         orphan: Orphan | None,
         timeout: float | None,
@@ -69,7 +69,7 @@ class ScriptCall:
     ) -> None:
         self.future = future
         self.script = script
-        self.count = count
+        self.elements = elements
         self.tail = tail
         self.orphan = orphan
         self.timeout = timeout
@@ -104,7 +104,7 @@ class PipelinedConnection(asyncio.Protocol):
 
     def send(self, call: ScriptCall) -> None:
         head = call.script.eval_head if call.reloaded else call.script.evalsha_head
-        data = REQUEST % (call.count, head, call.tail)
+        data = REQUEST % (call.elements, head, call.tail)
         self.wire.requests += 1
         if self.pending:  # replies outstanding: share the write of the next loop turn
             if not self.out:

@@ -30,10 +30,10 @@ class _SyncConnection:
         self.reader = hiredis.Reader(replyError=reply_error)
 
     def call(self, script: Script, keys: Sequence[str], args: Sequence[Arg] | Packed) -> Any:
-        count, packed = tail(keys, args)
-        reply = self._round_trip(REQUEST % (count, script.evalsha_head, packed))
+        elements, packed = tail(keys, args)
+        reply = self._round_trip(REQUEST % (elements, script.evalsha_head, packed))
         if isinstance(reply, redis_errors.NoScriptError):  # EVAL runs it and caches it again
-            reply = self._round_trip(REQUEST % (count, script.eval_head, packed))
+            reply = self._round_trip(REQUEST % (elements, script.eval_head, packed))
         return reply
 
     def _round_trip(self, data: bytes) -> Any:
@@ -68,15 +68,14 @@ class SyncWire:
 
     def call(self, script: Script, keys: Sequence[str], args: Sequence[Arg] | Packed) -> Any:
         """Run ``script`` and return its reply (an error reply is raised)."""
-        if not self.enabled:
-            return script.run_sync(self.client, keys, unpacked(args))
-        if os.getpid() != self._pid:  # forked: the parent's sockets are not ours to use
-            self._idle, self._pid = [], os.getpid()
-        connection: _SyncConnection | None
-        try:
-            connection = self._idle.pop()  # atomic: threads never get the same one
-        except IndexError:
-            connection = self._open()
+        connection: _SyncConnection | None = None
+        if self.enabled:
+            if os.getpid() != self._pid:  # forked: the parent's sockets are not ours to use
+                self._idle, self._pid = [], os.getpid()
+            try:
+                connection = self._idle.pop()  # atomic: threads never get the same one
+            except IndexError:
+                connection = self._open()  # None: this client's cannot be driven
         if connection is None:
             return script.run_sync(self.client, keys, unpacked(args))
         self.requests += 1

@@ -82,8 +82,10 @@ class Wire:
         connection = self._connection
         assert connection is not None
         assert not connection.lost
-        count, packed = tail(keys, args)
-        call = ScriptCall(self.loop.create_future(), script, count, packed, orphan, timeout, always)
+        elements, packed = tail(keys, args)
+        call = ScriptCall(
+            self.loop.create_future(), script, elements, packed, orphan, timeout, always
+        )
         connection.send(call)
         return call.future
 
@@ -95,8 +97,8 @@ class Wire:
         orphan: Orphan | None = None,
         always: bool = False,
     ) -> Any:
-        """Run ``script`` and return its reply (see the module for ``orphan``, and
-        ``submit`` for ``always``)."""
+        """Run ``script`` and return its reply (see ``_redis.connection`` for ``orphan``,
+        and ``submit`` for ``always``)."""
         if not self.ready:
             await self._connect()
             if not self.supported:
@@ -156,8 +158,7 @@ async def _through_redis_py(
     orphan: Orphan | None,
     always: bool,
 ) -> Any:
-    # With ``always`` the orphan gets every reply, here after the await; without, a
-    # caller who needs it keeps its own cancellation shield around redis-py.
+    # Without ``always`` the orphan is the wire's business only (see ``Wires.call``).
     reply = await script.run(client, keys, unpacked(args))
     if always and orphan is not None:
         orphaned(orphan, reply)
