@@ -33,7 +33,7 @@ from redis import asyncio as aioredis
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from headway import RecordStore
-from headway._redis import wire as _wire
+from headway._redis.connection import PipelinedConnection
 from headway.idempotency.table import records
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -114,13 +114,13 @@ class CountingConnection(aioredis.Connection):
 
 def count_wire_requests() -> None:
     """Count the requests headway writes on its own connection too (redis-py never sees them)."""
-    send = _wire._Connection.send
+    send = PipelinedConnection.send
 
     def counted(self: Any, call: Any) -> None:
         Counts.redis_writes += 1
         send(self, call)
 
-    _wire._Connection.send = counted  # type: ignore[method-assign]
+    PipelinedConnection.send = counted  # type: ignore[method-assign]
 
 
 def count_sql(engine: AsyncEngine) -> None:

@@ -1,8 +1,8 @@
 """The Redis paths on uvloop, the loop ``uvicorn[standard]`` and ``fastapi[standard]`` run.
 
-headway drives its Redis socket itself (``_wire`` takes the transport over from
+headway drives its Redis socket itself (``_redis.connection`` takes the transport over from
 redis-py with ``set_protocol``), which is where event-loop implementations
-differ. ``tests/test_wire.py`` runs on both loops; these run the limiter and
+differ. ``tests/_redis/test_wire.py`` runs on both loops; these run the limiter and
 the lock end to end on uvloop.
 """
 

@@ -1,4 +1,4 @@
-"""headway's own pipelined connection (``_wire``), against real Redis servers."""
+"""headway's own pipelined connection (``Wire``, ``Wires``), against real Redis servers."""
 
 from __future__ import annotations
 
@@ -6,17 +6,16 @@ import asyncio
 import os
 import signal
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-import redis
 from redis import asyncio as aioredis
 from redis import exceptions as redis_errors
 
-from headway._redis import wire as _wire
-from headway._redis.scripts import Arg, Script
-from headway._redis.wire import SyncWire, Wire, Wires
+from headway._redis import wire as wire_module
+from headway._redis.resp import Arg
+from headway._redis.scripts import Script
+from headway._redis.wire import Wire, Wires
 from tests.servers import RedisServers
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
@@ -164,57 +163,15 @@ async def test_disabled_or_unsupported_calls_go_through_redis_py(
     assert await disabled.call(INCR, ["n"], []) == 1
     assert not disabled._wires
 
-    def refuse(borrowed: Any) -> Any:
-        raise _wire._Unsupported
+    def refuse(wire: Wire, borrowed: Any) -> None:
+        return None  # as for a connection without the stream attributes we take over
 
-    monkeypatch.setattr(_wire, "_take_over", refuse)
+    monkeypatch.setattr(wire_module, "take_over", refuse)
     wire = Wire(redis_client, asyncio.get_running_loop())
     assert await wire.call(INCR, ["n"], []) == 2
     assert not wire.supported
     assert wire.requests == 0
     assert await wire.call(INCR, ["n"], []) == 3
-
-
-# -- the sync counterpart ----------------------------------------------------------------
-
-
-@pytest.fixture
-def sync_wire(sync_redis_client: redis.Redis) -> Any:
-    wire = SyncWire(sync_redis_client)
-    yield wire
-    wire.close()
-
-
-def test_sync_calls_from_many_threads_each_get_their_own_reply(sync_wire: SyncWire) -> None:
-    def work(i: int) -> list[Any]:
-        return [sync_wire.call(ECHO, [f"k{i}-{j}"], [j]) for j in range(50)]
-
-    with ThreadPoolExecutor(8) as pool:
-        results = list(pool.map(work, range(16)))
-    for i, replies in enumerate(results):
-        assert replies == [[f"k{i}-{j}".encode(), str(j).encode()] for j in range(50)]
-    assert len(sync_wire._idle) <= 8  # a connection per thread in a call, reused
-
-
-def test_sync_errors_noscript_and_a_lost_connection(
-    sync_wire: SyncWire, sync_redis_client: redis.Redis
-) -> None:
-    assert sync_wire.call(INCR, ["n"], []) == 1
-    sync_redis_client.script_flush()
-    assert sync_wire.call(INCR, ["n"], []) == 2  # NOSCRIPT recovered on the same call
-    with pytest.raises(redis_errors.ResponseError, match="BOOM"):
-        sync_wire.call(FAIL, ["k"], [])
-    assert sync_wire.call(INCR, ["n"], []) == 3  # the connection went on
-    sync_redis_client.client_kill_filter(_type="normal", skipme=True)
-    with pytest.raises((redis_errors.ConnectionError, OSError)):
-        sync_wire.call(INCR, ["n"], [])  # the killed socket is found closed, and dropped
-    assert sync_wire.call(INCR, ["n"], []) == 4  # a new one
-
-
-def test_sync_disabled_goes_through_redis_py(sync_redis_client: redis.Redis) -> None:
-    wire = SyncWire(sync_redis_client, enabled=False)
-    assert wire.call(INCR, ["n"], []) == 1
-    assert wire.requests == 0
 
 
 async def test_a_call_times_out_and_its_late_reply_goes_to_the_orphan(

@@ -14,13 +14,9 @@ from typing import Any
 
 from redis import exceptions as redis_errors
 
+from headway._redis.resp import Arg, bulk
+
 __all__ = ["Script"]
-
-Arg = str | int | float | bytes
-
-
-def _bulks(*parts: bytes) -> bytes:
-    return b"".join(b"$%d\r\n%b\r\n" % (len(part), part) for part in parts)
 
 
 class Script:
@@ -47,9 +43,9 @@ class Script:
         self.name = name
         self.source = source
         self.sha = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
-        # Packed RESP prefixes of EVALSHA / EVAL of this script, for ``_wire``.
-        self.evalsha_head = _bulks(b"EVALSHA", self.sha.encode())
-        self.eval_head = _bulks(b"EVAL", source.encode())
+        # Packed RESP heads of EVALSHA / EVAL of this script (``_redis.resp.REQUEST``).
+        self.evalsha_head = bulk(b"EVALSHA") + bulk(self.sha)
+        self.eval_head = bulk(b"EVAL") + bulk(source)
 
     async def run(self, client: Any, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         """Run on a ``redis.asyncio`` client (single node or Cluster)."""

@@ -18,8 +18,10 @@ import redis
 from redis import asyncio as aioredis
 
 from headway._redis.errors import UNAVAILABLE, unavailable
+from headway._redis.resp import Packed, pack, pack_keys
 from headway._redis.scripts import Script
-from headway._redis.wire import Packed, SyncWire, Wires, forget, pack, pack_keys
+from headway._redis.sync_wire import SyncWire
+from headway._redis.wire import Wires, forget
 from headway.ratelimit.backends.contract import decide_call, state_keys
 from headway.ratelimit.model import Verdict
 from headway.ratelimit.policies import Concurrency, Policy, PolicySet

@@ -17,7 +17,7 @@ import redis
 from headway._clock import Clock
 from headway._errors import BackendUnavailable
 from headway._redis.errors import UNAVAILABLE, unavailable
-from headway._redis.wire import SyncWire
+from headway._redis.sync_wire import SyncWire
 from headway.lock.backends.redis.keys import (
     ACQUIRE,
     EXTEND,
@@ -43,7 +43,7 @@ class SyncRedisLockBackend(SyncQueuedBackend):
     """The synchronous Redis backend (``redis.Redis`` or ``redis.cluster.RedisCluster``).
 
     With ``direct`` (the default) the scripts go over sockets headway drives
-    itself (``headway._redis.wire.SyncWire``), one per thread in a call;
+    itself (``headway._redis.sync_wire.SyncWire``), one per thread in a call;
     ``direct=False``, or a Cluster client, sends every call through redis-py.
     The client's socket timeout bounds every round trip.
 

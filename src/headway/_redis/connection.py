@@ -1,0 +1,229 @@
+"""The pipelined connection: one socket taken over from redis-py, driven by an ``asyncio.Protocol``.
+
+- A call made while nothing is in flight is written at once. Calls made while
+  replies are outstanding are written together on the next loop turn, so
+  concurrent calls share writes and reads (what a pipeline gives, without one).
+- Redis answers a connection's commands in order, so replies are matched to calls
+  first in, first out; hiredis parses them.
+- NOSCRIPT (a restart, ``SCRIPT FLUSH``) is answered by sending the same call as
+  ``EVAL`` with the script's source, on the same call.
+- A caller that stops waiting (cancelled, out of time) does not lose its reply:
+  the call's ``orphan`` callback gets it, so a lock granted to a caller who gave
+  up can be released again. A call, once written, is never taken back.
+- A call may carry a deadline; a connection's deadlines share one loop timer. A
+  reply overdue by the client's ``socket_timeout`` drops the connection.
+- A lost connection fails the calls in flight with redis-py's ``ConnectionError``
+  (their outcome is unknown); the next call opens a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import hiredis
+from redis import exceptions as redis_errors
+
+from headway._redis.resp import REQUEST, reply_error
+from headway._redis.scripts import Script
+
+if TYPE_CHECKING:
+    from headway._redis.wire import Wire
+
+__all__ = ["Orphan", "PipelinedConnection", "ScriptCall", "orphaned", "take_over"]
+
+log = logging.getLogger("headway")
+
+#: Receives the reply of a call whose caller stopped waiting.
+Orphan = Callable[[Any], object]
+
+
+class ScriptCall:
+    """One script call: its reply's future, what to write, and its deadline."""
+
+    __slots__ = (
+        "always",
+        "deadline",
+        "elements",
+        "future",
+        "orphan",
+        "reloaded",
+        "script",
+        "sent",
+        "tail",
+        "timeout",
+    )
+
+    def __init__(
+        self,
+        future: asyncio.Future[Any],
+        script: Script,
+        elements: int,
+        tail: bytes,
+        orphan: Orphan | None,
+        timeout: float | None,
+        always: bool = False,
+    ) -> None:
+        self.future = future
+        self.script = script
+        self.elements = elements
+        self.tail = tail
+        self.orphan = orphan
+        self.timeout = timeout
+        self.always = always
+        self.reloaded = False
+        self.sent = self.deadline = 0.0
+
+
+class PipelinedConnection(asyncio.Protocol):
+    """One socket taken over from redis-py: writes calls, matches replies to them in order."""
+
+    def __init__(
+        self,
+        wire: Wire,
+        transport: asyncio.Transport,
+        inner: asyncio.BaseProtocol,
+        stall: float | None,
+    ) -> None:
+        self.wire = wire
+        self.loop = wire.loop
+        # A reply overdue by this much (the client's socket_timeout) means the socket
+        # is stuck: it is dropped, as redis-py drops one, and the next call reconnects.
+        self.stall = stall
+        self.timer: asyncio.TimerHandle | None = None
+        self.transport = transport
+        # redis-py's stream protocol, told when the socket closes so its disconnect() returns.
+        self.inner = inner
+        self.reader = hiredis.Reader(replyError=reply_error)
+        self.pending: deque[ScriptCall] = deque()
+        self.out: list[bytes] = []
+        self.lost = False
+
+    def send(self, call: ScriptCall) -> None:
+        head = call.script.eval_head if call.reloaded else call.script.evalsha_head
+        data = REQUEST % (call.elements, head, call.tail)
+        self.wire.requests += 1
+        if self.pending:  # replies outstanding: share the write of the next loop turn
+            if not self.out:
+                self.loop.call_soon(self._flush)
+            self.out.append(data)
+        else:
+            self.wire.writes += 1
+            self.transport.write(data)
+        self.pending.append(call)
+        if call.timeout is not None or self.stall is not None:
+            call.sent = self.loop.time()
+            if call.timeout is not None:
+                call.deadline = call.sent + call.timeout
+                if self.timer is not None and call.deadline < self.timer.when():
+                    self.timer.cancel()  # due before the armed timer: re-arm (rare)
+                    self.timer = None
+            if self.timer is None:
+                self._arm()
+
+    def _arm(self) -> None:
+        # One timer for every call on the connection (a timer handle per call costs
+        # more than the call's own bookkeeping): at the nearest deadline of a call
+        # still waited for, or when the oldest reply would be overdue.
+        nearest = min(
+            (c.deadline for c in self.pending if c.timeout is not None and not c.future.done()),
+            default=None,
+        )
+        if self.stall is not None and self.pending:
+            overdue = self.pending[0].sent + self.stall
+            nearest = overdue if nearest is None else min(nearest, overdue)
+        if nearest is not None:
+            self.timer = self.loop.call_at(nearest, self._check)
+
+    def _check(self) -> None:
+        self.timer = None
+        if self.lost:
+            return
+        now = self.loop.time()
+        for call in self.pending:
+            if call.timeout is not None and call.deadline <= now and not call.future.done():
+                # Its reply, if it comes, goes to the orphan.
+                call.future.set_exception(
+                    redis_errors.TimeoutError(f"Redis did not answer within {call.timeout:g} s")
+                )
+        if self.stall is not None and self.pending and now - self.pending[0].sent >= self.stall:
+            log.warning("no reply from Redis in %g s: dropping the connection", self.stall)
+            self.transport.abort()
+            return
+        self._arm()
+
+    def _flush(self) -> None:
+        out, self.out = self.out, []
+        if out and not self.lost:
+            self.wire.writes += 1
+            self.transport.write(b"".join(out))
+
+    def data_received(self, data: bytes) -> None:
+        self.reader.feed(data)
+        while True:
+            try:
+                reply = self.reader.gets()
+            except hiredis.ProtocolError:
+                log.exception("closing a Redis connection that sent a malformed reply")
+                self.transport.abort()
+                return
+            if reply is False:
+                return
+            self._settle(self.pending.popleft(), reply)
+
+    def _settle(self, call: ScriptCall, reply: Any) -> None:
+        if isinstance(reply, redis_errors.NoScriptError) and not call.reloaded:
+            call.reloaded = True  # EVAL runs the call and caches the script again
+            self.send(call)
+            return
+        future = call.future
+        if isinstance(reply, Exception):
+            if not future.done():
+                future.set_exception(reply)
+            return
+        if call.orphan is not None and (call.always or future.done()):
+            orphaned(call.orphan, reply)
+        if not future.done():
+            future.set_result(reply)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        if self.timer is not None:
+            self.timer.cancel()
+        error = redis_errors.ConnectionError(
+            f"Connection to Redis lost: {exc}" if exc else "Connection to Redis closed."
+        )
+        pending, self.pending, self.out = self.pending, deque(), []
+        for call in pending:
+            if not call.future.done():
+                call.future.set_exception(error)
+        self.inner.connection_lost(exc)
+
+    def eof_received(self) -> bool:
+        return False  # close our end too: connection_lost follows
+
+
+def orphaned(orphan: Orphan, reply: Any) -> None:
+    """Hand ``reply`` to ``orphan``; its errors are logged, never raised into the reader."""
+    try:
+        orphan(reply)
+    except Exception:
+        log.exception("handling the reply of an abandoned Redis call failed")
+
+
+def take_over(wire: Wire, borrowed: Any) -> PipelinedConnection | None:
+    """Drive ``borrowed``'s socket (a redis-py connection) ourselves; None if we cannot."""
+    writer = getattr(borrowed, "_writer", None)
+    reader = getattr(borrowed, "_reader", None)
+    transport = getattr(writer, "transport", None)
+    # Anything already read but not consumed would be a reply we could not place.
+    buffered = len(getattr(reader, "_buffer", b""))
+    if transport is None or not hasattr(transport, "set_protocol") or buffered:
+        return None
+    stall = getattr(borrowed, "socket_timeout", None)
+    connection = PipelinedConnection(wire, transport, transport.get_protocol(), stall)
+    transport.set_protocol(connection)
+    return connection

@@ -1,0 +1,106 @@
+"""Script calls from sync code on sockets headway drives itself (``SyncWire``).
+
+Requests are packed and framed as on the async side (``_redis.resp``), and NOSCRIPT
+is recovered on the same call; a socket serves one thread's call at a time (a call,
+then its reply), so there is nothing to pipeline.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import hiredis
+from redis import cluster as redis_cluster
+from redis import exceptions as redis_errors
+
+from headway._redis.resp import REQUEST, Arg, Packed, refused, reply_error, tail, unpacked
+from headway._redis.scripts import Script
+
+__all__ = ["SyncWire"]
+
+
+class _SyncConnection:
+    """One socket taken over from a sync redis-py connection: a call, then its reply."""
+
+    def __init__(self, borrowed: Any) -> None:
+        self.borrowed = borrowed  # kept, so its __del__ closes the socket with it
+        self.sock = borrowed._sock
+        self.reader = hiredis.Reader(replyError=reply_error)
+
+    def call(self, script: Script, keys: Sequence[str], args: Sequence[Arg] | Packed) -> Any:
+        elements, packed = tail(keys, args)
+        reply = self._round_trip(REQUEST % (elements, script.evalsha_head, packed))
+        if isinstance(reply, redis_errors.NoScriptError):  # EVAL runs it and caches it again
+            reply = self._round_trip(REQUEST % (elements, script.eval_head, packed))
+        return reply
+
+    def _round_trip(self, data: bytes) -> Any:
+        self.sock.sendall(data)
+        while (reply := self.reader.gets()) is False:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise redis_errors.ConnectionError("Connection closed by Redis.")
+            self.reader.feed(chunk)
+        return reply
+
+    def close(self) -> None:
+        self.borrowed.disconnect()
+
+
+class SyncWire:
+    """The sync counterpart of ``Wire``: script calls on sockets headway drives itself.
+
+    Each call takes an idle connection (or opens one with redis-py, from the client's
+    settings), writes the call, reads its reply and puts the connection back, so
+    threads never share one mid-call. A connection that fails mid-call is closed: what
+    became of its call is unknown. ``enabled=False`` or a Cluster client sends every
+    call through redis-py.
+    """
+
+    def __init__(self, client: Any, enabled: bool = True) -> None:
+        self.client = client
+        self.enabled = enabled and not isinstance(client, redis_cluster.RedisCluster)
+        self.requests = 0
+        self._idle: list[_SyncConnection] = []
+        self._pid = os.getpid()
+
+    def call(self, script: Script, keys: Sequence[str], args: Sequence[Arg] | Packed) -> Any:
+        """Run ``script`` and return its reply (an error reply is raised)."""
+        connection: _SyncConnection | None = None
+        if self.enabled:
+            if os.getpid() != self._pid:  # forked: the parent's sockets are not ours to use
+                self._idle, self._pid = [], os.getpid()
+            try:
+                connection = self._idle.pop()  # atomic: threads never get the same one
+            except IndexError:
+                connection = self._open()  # None: this client's cannot be driven
+        if connection is None:
+            return script.run_sync(self.client, keys, unpacked(args))
+        self.requests += 1
+        try:
+            reply = connection.call(script, keys, args)
+        except BaseException:
+            connection.close()
+            raise
+        self._idle.append(connection)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    def _open(self) -> _SyncConnection | None:
+        borrowed = self.client.connection_pool.make_connection()
+        borrowed.connect()
+        if getattr(borrowed, "_sock", None) is None:
+            borrowed.disconnect()
+            self.enabled = False
+            refused(borrowed)
+            return None
+        return _SyncConnection(borrowed)
+
+    def close(self) -> None:
+        """Close the idle connections (one still in a call closes when it is collected)."""
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
