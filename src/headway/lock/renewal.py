@@ -81,6 +81,10 @@ class Renewal:
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Lease:
+        return self.start()
+
+    def start(self) -> Lease:
+        """Watch the lease from now, for the task running this (``__aenter__`` without an await)."""
         self._owner = asyncio.current_task()
         self._started = started = self._clock()
         due = min(started + self._interval, self.lease.deadline) - started
@@ -130,39 +134,40 @@ class Renewal:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
-        assert self._owner is not None
         if self._timer is not None:
-            self._timer.cancel()
-        if self._task is not None:
-            self._task.cancel()
+            self._timer.cancel()  # a short block: no renewal ran, nothing can have been lost
+        lost = None if self._task is None else await self._stop(exc_type)
+        lease = self.lease
+        if self._release is not None:
+            try:
+                await self._release(lease)
+            except LockNotOwned as err:
+                if self._reason is None and exc_type is None:
+                    raise LockLost(
+                        f"lease on {lease.resource!r} lapsed while held", resource=err.resource
+                    ) from err
+            except BackendUnavailable as err:
+                log.warning("releasing %r failed; it expires by its TTL: %s", lease.resource, err)
+        if lost is not None:
+            if isinstance(lost, LockLost):
+                raise lost
+            raise LockLost(
+                f"lease on {lease.resource!r} lost: {lost}", resource=lease.resource
+            ) from lost
+        return False
+
+    async def _stop(self, exc_type: type[BaseException] | None) -> BaseException | None:
+        """Stop the renewing task; why the lease was lost, if that (alone) cancelled the block."""
+        task, owner = self._task, self._owner
+        assert task is not None
+        assert owner is not None
+        task.cancel()
         reason, other_cancel = self._reason, False
         if reason is not None:
             if exc_type is not asyncio.CancelledError:
                 # The block ended before our cancellation reached it: absorb it now.
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.sleep(0)
-            other_cancel = self._owner.uncancel() > 0
-        if self._task is not None:
-            await asyncio.wait([self._task])
-        if self._release is not None:
-            await self._give_back(clean=reason is None and exc_type is None)
-        if reason is not None and not other_cancel:
-            if isinstance(reason, LockLost):
-                raise reason
-            resource = self.lease.resource
-            raise LockLost(f"lease on {resource!r} lost: {reason}", resource=resource) from reason
-        return False
-
-    async def _give_back(self, *, clean: bool) -> None:
-        """Release the lease; a lapse found here is ``LockLost`` if nothing else ended the block."""
-        assert self._release is not None
-        lease = self.lease
-        try:
-            await self._release(lease)
-        except LockNotOwned as err:
-            if clean:
-                raise LockLost(
-                    f"lease on {lease.resource!r} lapsed while held", resource=err.resource
-                ) from err
-        except BackendUnavailable as err:
-            log.warning("releasing %r failed; it expires by its TTL: %s", lease.resource, err)
+            other_cancel = owner.uncancel() > 0
+        await asyncio.wait([task])
+        return None if other_cancel else reason
