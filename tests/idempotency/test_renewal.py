@@ -79,12 +79,12 @@ async def test_without_the_lock_the_record_lease_alone_is_renewed(store: RecordS
     bank = Bank()
     redis = aioredis.Redis.from_url("redis://127.0.0.1:1")  # the lock backend is down
     dead = RedisLockBackend(redis, timeout=0.5)
-    app = make_app(bank, store=store, lock_backend=dead, lease_ttl=0.3, database_fallback=True)
+    app = make_app(bank, store=store, lock_backend=dead, lease_ttl=0.9, database_fallback=True)
     async with asyncio.timeout(10), connect(app) as client:
         bank.proceed.clear()
         first = asyncio.ensure_future(pay(client, "k"))
         await bank.entered.wait()
-        await asyncio.sleep(0.9)  # three lease TTLs: only renewals keep the record ours
+        await asyncio.sleep(2.0)  # over two lease TTLs: only renewals keep the record ours
         duplicate = await pay(client, "k")
         bank.proceed.set()
         done = await first
