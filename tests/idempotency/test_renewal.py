@@ -5,8 +5,9 @@ import asyncio
 import httpx
 import pytest
 import sqlalchemy as sa
+from redis import asyncio as aioredis
 
-from headway import LockLost, MemoryLockBackend, RecordStore
+from headway import LockLost, MemoryLockBackend, RecordStore, RedisLockBackend
 from headway.idempotency.claim import claim_record
 from headway.idempotency.record import ClaimOutcome
 from headway.idempotency.table import db_now, records
@@ -71,3 +72,23 @@ async def test_taken_over_record_refuses_the_late_completion(store: RecordStore)
             await first  # the response started, and is cut instead of finished
     assert len(bank.charges) == 1
     assert await record(store) == ("PROCESSING", fence)  # nothing stored over it
+
+
+@pytest.mark.redis
+async def test_without_the_lock_the_record_lease_alone_is_renewed(store: RecordStore) -> None:
+    bank = Bank()
+    redis = aioredis.Redis.from_url("redis://127.0.0.1:1")  # the lock backend is down
+    dead = RedisLockBackend(redis, timeout=0.5)
+    app = make_app(bank, store=store, lock_backend=dead, lease_ttl=0.9, database_fallback=True)
+    async with asyncio.timeout(10), connect(app) as client:
+        bank.proceed.clear()
+        first = asyncio.ensure_future(pay(client, "k"))
+        await bank.entered.wait()
+        await asyncio.sleep(2.0)  # over two lease TTLs: only renewals keep the record ours
+        duplicate = await pay(client, "k")
+        bank.proceed.set()
+        done = await first
+    await redis.aclose()
+    assert duplicate.status_code == 409  # the record's lease was still live
+    assert done.status_code == 201
+    assert len(bank.charges) == 1

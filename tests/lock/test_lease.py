@@ -78,3 +78,9 @@ def test_lease_is_frozen_and_reports_remaining() -> None:
     assert lease.remaining(now=7.5) == 2.5
     with pytest.raises(AttributeError):
         lease.fence = 2  # type: ignore[misc]
+
+
+def test_a_renewed_lease_keeps_its_identity_and_counts_from_the_send() -> None:
+    lease = Lease("r", "t" * 32, 7, 100.0, 30.0)
+    renewed = lease.renewed(1500, 200.0)
+    assert renewed == Lease("r", "t" * 32, 7, 201.5, 1.5)

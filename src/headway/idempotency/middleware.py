@@ -11,7 +11,7 @@ from headway._errors import BackendUnavailable, LockLost, LockNotAcquired, LockN
 from headway._http import ASGIApp, Receive, Scope, Send, header_values, send_problem, send_response
 from headway.idempotency.capture import BodyTooLarge, Capture, read_body, replaying
 from headway.idempotency.record import ClaimOutcome, Record, StoredResponse
-from headway.idempotency.renewal import LeaseRenewal
+from headway.idempotency.renewal import RequestLeases
 from headway.idempotency.request import (
     InvalidKey,
     ScopeFunction,
@@ -196,23 +196,23 @@ class IdempotencyMiddleware:
         send: Send,
     ) -> bool:
         """Claim the record and run the app (``lease``: on ``lock``); False if someone has it."""
+        token = new_token() if lease is None else lease.token
         sent = time.monotonic()
         claim = await self.store.claim(
             request.caller,
             request.key,
             request.fingerprint,
             fence=None if lease is None else lease.fence,
-            lease_token=new_token() if lease is None else lease.token,
+            lease_token=token,
             lease_ttl=self.lease_ttl,
         )
         if claim.outcome is not ClaimOutcome.CLAIMED:
             return claim.record is not None and await self._answer(claim.record, request, send)
         assert claim.fence is not None
-        renewal = LeaseRenewal(
-            request.resource, self.store, request.caller, request.key, claim.fence,
-            sent, self.lease_ttl, None if lease is None else (lock, lease),
-        )  # fmt: skip
-        async with renewal:
+        record = Lease(request.resource, token, claim.fence, sent + self.lease_ttl, self.lease_ttl)
+        held = None if lease is None else (lock, lease)
+        leases = RequestLeases(self.store, request.caller, request.key, record, held)
+        async with leases.watchdog(self.lease_ttl):
             await self._run(request, claim.fence, scope, receive, send)
         return True
 

@@ -64,10 +64,6 @@ async def complete(aw: Awaitable[T], undo: Callable[[T], Awaitable[object]] | No
     return result
 
 
-def _renewed(lease: Lease, ttl_ms: int, sent: float) -> Lease:
-    return Lease(lease.resource, lease.token, lease.fence, sent + ttl_ms / 1000, ttl_ms / 1000)
-
-
 def _not_owned(lease: Lease, what: str) -> LockNotOwned:
     return LockNotOwned(
         f"cannot {what} lock {lease.resource!r}: the lease (fence {lease.fence}) is no longer held",
@@ -179,7 +175,7 @@ class QueuedBackend(QueuedPrimitives):
         sent = self.clock()
         if not await self._extend(lease.resource, lease.token, ttl_ms):
             raise _not_owned(lease, "extend")
-        return _renewed(lease, ttl_ms, sent)
+        return lease.renewed(ttl_ms, sent)
 
 
 class SyncQueuedBackend(SyncQueuedPrimitives):
@@ -244,4 +240,4 @@ class SyncQueuedBackend(SyncQueuedPrimitives):
         sent = self.clock()
         if not self._extend(lease.resource, lease.token, ttl_ms):
             raise _not_owned(lease, "extend")
-        return _renewed(lease, ttl_ms, sent)
+        return lease.renewed(ttl_ms, sent)

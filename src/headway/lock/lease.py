@@ -36,6 +36,10 @@ class Lease:
         """Seconds of validity left (negative once expired)."""
         return self.deadline - (time.monotonic() if now is None else now)
 
+    def renewed(self, ttl_ms: int, sent: float) -> Lease:
+        """This lease renewed for ``ttl_ms`` ms, counted from ``sent`` (when renewal was asked)."""
+        return Lease(self.resource, self.token, self.fence, sent + ttl_ms / 1000, ttl_ms / 1000)
+
 
 #: Tokens read ahead from the OS's CSPRNG, 256 per system call. ``list.pop`` is atomic,
 #: so threads never share one, and a forked child starts empty (it must not reuse the

@@ -1,8 +1,8 @@
 """``ConcurrencyLimiter`` and its sync shell: requests in flight per key, held as leases.
 
 A slot is a lease of the lock primitive: a permit of ``Permits`` (a lock with
-``limit`` permits per key), renewed by ``Lock.hold()``'s watchdog and lost the
-way a lock is (``LockLost`` cancels the block). The limiters add the
+``limit`` permits per key), renewed by the lock's watchdog (``Renewal``) and lost
+the way a lock is (``LockLost`` cancels the block). The limiters add the
 decisions' shape (``Admission``) and the failure modes (``policy.on_error``).
 """
 
@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 from headway._clock import Clock, MonotonicClock
 from headway._errors import BackendUnavailable, ConcurrencyLimitExceeded, LockNotOwned
 from headway.lock.lease import Lease
-from headway.lock.lock import Lock
+from headway.lock.renewal import Renewal
 from headway.ratelimit.backends.contract import ConcurrencyBackend, SyncConcurrencyBackend
 from headway.ratelimit.backends.memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
 from headway.ratelimit.core import check_seconds
@@ -49,31 +49,6 @@ def _lease(admission: Admission | Lease) -> Lease | None:
 def _release_failed(lease: Lease, exc: BackendUnavailable) -> bool:
     log.warning("releasing a slot on %r failed; its lease ends by itself: %s", lease.resource, exc)
     return False
-
-
-class _Taken:
-    """The lock backend of one ``hold``: hands ``Lock.hold()`` the lease already taken.
-
-    ``Lock.hold()`` acquires its own lease; a slot's is taken before, by
-    ``acquire``, because a refusal and a failure mode must answer with an
-    ``Admission``. Renewals and the release go to the permits.
-    """
-
-    __slots__ = ("_lease", "_permits", "name")
-
-    def __init__(self, permits: Permits, lease: Lease) -> None:
-        self._permits = permits
-        self._lease = lease
-        self.name = permits.name
-
-    async def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
-        return self._lease
-
-    async def release(self, lease: Lease) -> None:
-        await self._permits.release(lease)
-
-    async def extend(self, lease: Lease, ttl: float) -> Lease:
-        return await self._permits.extend(lease, ttl)
 
 
 class ConcurrencyLimiter:
@@ -145,12 +120,12 @@ class ConcurrencyLimiter:
         """Run a block in a slot on ``key``; ``ConcurrencyLimitExceeded`` when none is free.
 
         The slot is released when the block ends, also by an exception or a
-        cancellation. With ``renew`` the slot is held by ``Lock.hold()``: its
-        lease is renewed every third of its TTL, so blocks may outlast it, and
-        if a renewal finds the lease ended (or the backend was unreachable for
-        a whole TTL) the block is cancelled and ``LockLost`` raised, as for
-        any lock. A failure mode that admits without a slot runs the block
-        unguarded.
+        cancellation. With ``renew`` the slot's lease is held the way
+        ``Lock.hold()`` holds a lock's (one ``Renewal``): renewed every third of
+        its TTL, so blocks may outlast it, and if a renewal finds the lease
+        ended (or the backend was unreachable for a whole TTL) the block is
+        cancelled and ``LockLost`` raised, as for any lock. A failure mode that
+        admits without a slot runs the block unguarded.
         """
         admission = await self.acquire(key)
         if not admission.allowed:
@@ -162,8 +137,12 @@ class ConcurrencyLimiter:
             finally:
                 await self.release(admission)
             return
-        lock = Lock(_Taken(self.permits, lease), key, ttl=lease.ttl, timeout=0, clock=self.clock)
-        async with lock.hold():
+        permits = self.permits
+        renewal = Renewal(
+            lease, permits.extend, ttl=lease.ttl, interval=lease.ttl / 3, clock=self.clock,
+            release=permits.release,
+        )  # fmt: skip
+        async with renewal:
             yield admission
 
 

@@ -57,10 +57,6 @@ def _not_owned(lease: Lease, what: str) -> LockNotOwned:
     )
 
 
-def _renewed(lease: Lease, ttl_ms: int, sent: float) -> Lease:
-    return Lease(lease.resource, lease.token, lease.fence, sent + ttl_ms / 1000, ttl_ms / 1000)
-
-
 class Permits:
     """An async lock with ``policy.limit`` permits per resource (``LockBackend``)."""
 
@@ -149,7 +145,7 @@ class Permits:
             raise self._over_budget("renewing a slot") from exc
         if not held:
             raise _not_owned(lease, "extend")
-        return _renewed(lease, ttl_ms, sent)
+        return lease.renewed(ttl_ms, sent)
 
 
 class SyncPermits:
@@ -186,4 +182,4 @@ class SyncPermits:
         sent = self.clock()
         if not self.backend.extend_slot(lease.resource, self.policy, lease.token, ttl_ms):
             raise _not_owned(lease, "extend")
-        return _renewed(lease, ttl_ms, sent)
+        return lease.renewed(ttl_ms, sent)

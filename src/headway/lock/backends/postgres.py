@@ -243,7 +243,7 @@ class PostgresLockBackend:
             except _UNAVAILABLE as exc:
                 why = f" ({type(exc).__name__}: its session ended or did not answer)"
                 raise self._not_owned(lease, "extend", why) from exc
-        return Lease(lease.resource, lease.token, lease.fence, sent + ttl_ms / 1000, ttl_ms / 1000)
+        return lease.renewed(ttl_ms, sent)
 
     async def _touch(self, token: str, held: _Held, ttl_ms: int, bound: float) -> None:
         try:
