@@ -10,7 +10,7 @@ from redis import asyncio as aioredis
 from headway import Lock, RedisLockBackend
 from headway.lock.backends.redis.keys import ACQUIRE, LEAVE, acquire_call, leave_call, lock_keys
 from headway.lock.flow import Attempt, Try
-from tests.lock.backends.redis_waiters import queue_raw_waiter
+from tests.lock.backends.redis.waiters import queue_raw_waiter
 
 pytestmark = pytest.mark.anyio
 

@@ -12,7 +12,7 @@ from redis import asyncio as aioredis
 
 from headway import Lock, LockNotAcquired, LockNotOwned, RedisLockBackend
 from headway.lock.backends.redis.keys import LEAVE, leave_call, lock_keys
-from tests.lock.backends.redis_waiters import queue_raw_waiter
+from tests.lock.backends.redis.waiters import queue_raw_waiter
 from tests.servers import RedisServers
 
 pytestmark = pytest.mark.anyio
