@@ -1,26 +1,56 @@
-"""The backends the shared lock suite (``test_lock.py``) runs over: one entry each in
-``QUEUED_BACKENDS``."""
+"""The backends the shared lock suites run over: one entry each in ``LOCK_BACKENDS``
+(async, for ``test_lock.py``, ``test_lock_hold.py``, ``test_queued.py``) and in
+``SYNC_LOCK_BACKENDS`` (for ``test_sync_lock.py``).
+
+A test that needs more than the contract asks for it with
+``@pytest.mark.needs("capability")`` (one of ``CAPABILITIES``);
+a backend that cannot offer a capability by design says so, with the reason, in its
+entry's ``lacks``, and such tests are not generated for it (nothing is skipped).
+"""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import redis
 from redis import asyncio as aioredis
+from sqlalchemy.ext.asyncio import create_async_engine
 
-from headway import MemoryLockBackend, RedisLockBackend
-from headway.lock.driver import QueuedBackend
+from headway import MemoryLockBackend, RedisLockBackend, SyncRedisLockBackend
+from headway.lock.backends.postgres import PostgresLockBackend
+from headway.lock.backends.redlock import RedlockBackend
+from headway.lock.contract import LockBackend, SyncLockBackend
+from tests.servers import RedisServers
+
+#: What a test may need beyond the contract, and what that means.
+CAPABILITIES = {
+    "queued": "a QueuedBackend: the driver's primitives (_try, _attempt) can be watched",
+    "fifo": "waiters are granted the lock in the order they asked",
+    "fair": "under steady contention every task gets a share (a releaser cannot cut in)",
+}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A backend of a shared suite: ``make`` is a context manager that makes it on a
+    clean server (fixtures through ``request``) and closes it; ``lacks`` maps each
+    capability it cannot offer by design to the reason."""
+
+    make: Callable[[pytest.FixtureRequest], Any]
+    lacks: Mapping[str, str] = field(default_factory=dict)
 
 
 @contextlib.asynccontextmanager
-async def _memory(request: pytest.FixtureRequest) -> AsyncIterator[QueuedBackend]:
+async def _memory(request: pytest.FixtureRequest) -> AsyncIterator[LockBackend]:
     yield MemoryLockBackend()
 
 
 @contextlib.asynccontextmanager
-async def _redis(request: pytest.FixtureRequest) -> AsyncIterator[QueuedBackend]:
+async def _redis(request: pytest.FixtureRequest) -> AsyncIterator[LockBackend]:
     client = aioredis.Redis.from_url(request.getfixturevalue("redis_url"))
     await client.flushdb()
     backend = RedisLockBackend(client)
@@ -31,14 +61,117 @@ async def _redis(request: pytest.FixtureRequest) -> AsyncIterator[QueuedBackend]
         await client.aclose()
 
 
-#: name -> a context manager that makes the backend on a clean server (fixtures through
-#: ``request``) and closes it. A new queued backend is one entry here.
-QUEUED_BACKENDS: dict[str, Callable[[Any], contextlib.AbstractAsyncContextManager[QueuedBackend]]]
-QUEUED_BACKENDS = {"memory": _memory, "redis": _redis}
+@pytest.fixture(scope="session")
+def redlock_urls(redis_servers: RedisServers) -> Iterator[list[str]]:
+    """Three throw-away redis-servers for the shared suite's Redlock entry."""
+    nodes = [redis_servers.start() for _ in range(3)]
+    try:
+        yield [node.url for node in nodes]
+    finally:
+        for node in nodes:
+            redis_servers.stop(node)
 
 
-@pytest.fixture(params=list(QUEUED_BACKENDS))
-async def backend(request: pytest.FixtureRequest) -> AsyncIterator[QueuedBackend]:
-    """Every queued backend in turn: the in-memory reference, Redis (flushed db), ..."""
-    async with QUEUED_BACKENDS[request.param](request) as made:
+@contextlib.asynccontextmanager
+async def _redlock(request: pytest.FixtureRequest) -> AsyncIterator[LockBackend]:
+    urls = request.getfixturevalue("redlock_urls")
+    for url in urls:
+        async with aioredis.Redis.from_url(url) as node:
+            await node.flushall()
+    # Generous per-node timeout: the test machine is shared, a slow node costs a retry.
+    backend = RedlockBackend.from_urls(urls, node_timeout=0.25, retry_delay=(0.001, 0.01))
+    try:
+        yield backend
+    finally:
+        await backend.aclose()
+
+
+@contextlib.asynccontextmanager
+async def _postgres(request: pytest.FixtureRequest) -> AsyncIterator[LockBackend]:
+    engine = create_async_engine(request.getfixturevalue("postgres_url"), pool_size=16)
+    backend = PostgresLockBackend(engine)
+    try:
+        yield backend
+    finally:
+        await backend.aclose()
+        await engine.dispose()
+
+
+_NO_QUEUE = "no queue of its own: the driver's primitives do not exist"
+
+#: name -> entry. A new async backend is one entry here.
+LOCK_BACKENDS: dict[str, Entry] = {
+    "memory": Entry(_memory),
+    "redis": Entry(_redis),
+    "redlock": Entry(
+        _redlock,
+        lacks={
+            "queued": _NO_QUEUE + " (rounds of SET NX on every node)",
+            "fifo": "no queue: a waiter retries after a random delay, whoever is first wins",
+            "fair": "no queue: a releaser asks again at once while rivals sleep their delay",
+        },
+    ),
+    "postgres": Entry(
+        _postgres,
+        # Its waiters queue in the server's lock manager, first come, first served: only
+        # the tests that watch the driver's attempts cannot run over it.
+        lacks={"queued": _NO_QUEUE + " (the server's lock manager queues waiters)"},
+    ),
+}
+
+
+@contextlib.contextmanager
+def _sync_redis(request: pytest.FixtureRequest, *, direct: bool) -> Iterator[SyncLockBackend]:
+    client = redis.Redis.from_url(request.getfixturevalue("redis_url"))
+    client.flushdb()
+    backend = SyncRedisLockBackend(client, direct=direct)
+    try:
+        yield backend
+    finally:
+        backend.close()
+        client.close()
+
+
+#: name -> entry, for ``SyncLock``. A new sync backend is one entry here.
+SYNC_LOCK_BACKENDS: dict[str, Entry] = {
+    # headway's own sockets, with riding (a thread asking for a lock another holds)
+    "redis": Entry(lambda request: _sync_redis(request, direct=True)),
+    # every call through redis-py (as for Cluster clients): no riding
+    "redis-py": Entry(lambda request: _sync_redis(request, direct=False)),
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "needs(*capabilities): run over the lock backends that offer them"
+    )
+
+
+_TABLES: Mapping[str, Mapping[str, Entry]] = {
+    "lock_backend": LOCK_BACKENDS,
+    "sync_lock_backend": SYNC_LOCK_BACKENDS,
+}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    needed = {c for mark in metafunc.definition.iter_markers("needs") for c in mark.args}
+    assert needed <= CAPABILITIES.keys(), f"unknown capabilities {needed - CAPABILITIES.keys()}"
+    for fixture, table in _TABLES.items():
+        if fixture in metafunc.fixturenames:
+            names = [name for name, entry in table.items() if not needed & entry.lacks.keys()]
+            assert names, f"{metafunc.definition.name}: no backend offers {needed}"
+            metafunc.parametrize(fixture, names, indirect=True)
+
+
+@pytest.fixture
+async def lock_backend(request: pytest.FixtureRequest) -> AsyncIterator[LockBackend]:
+    """Each entry of ``LOCK_BACKENDS`` that offers what the test ``needs``, in turn."""
+    async with LOCK_BACKENDS[request.param].make(request) as made:
+        yield made
+
+
+@pytest.fixture
+def sync_lock_backend(request: pytest.FixtureRequest) -> Iterator[SyncLockBackend]:
+    """Each entry of ``SYNC_LOCK_BACKENDS`` that offers what the test ``needs``, in turn."""
+    with SYNC_LOCK_BACKENDS[request.param].make(request) as made:
         yield made

@@ -1,79 +1,20 @@
-"""PostgresLockBackend against a real PostgreSQL server (asyncpg)."""
+"""PostgresLockBackend against a real PostgreSQL server (asyncpg): grants, TTLs, fences."""
 
 from __future__ import annotations
 
 import asyncio
-import random
-import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.pool import NullPool
 
 from headway import BackendUnavailable, Lock, LockLost, LockNotAcquired, LockNotOwned
 from headway.lock.backends.postgres import PostgresLockBackend, advisory_key
+from tests.lock.backends.postgres.sessions import eventually, lock_rows, waiting
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
-
-T = TypeVar("T")
-
-
-@pytest.fixture
-async def engine(postgres_url: str) -> AsyncIterator[AsyncEngine]:
-    eng = create_async_engine(postgres_url, pool_size=16, max_overflow=8)
-    try:
-        yield eng
-    finally:
-        await eng.dispose()
-
-
-@pytest.fixture
-async def backend(engine: AsyncEngine) -> AsyncIterator[PostgresLockBackend]:
-    b = PostgresLockBackend(engine)
-    try:
-        yield b
-    finally:
-        await b.aclose()
-
-
-@pytest.fixture
-def resource() -> str:
-    return f"test-{uuid.uuid4().hex}"
-
-
-async def lock_rows(engine: AsyncEngine, resource: str) -> list[bool]:
-    """``granted`` of every session holding or awaiting the resource's advisory lock."""
-    key = advisory_key(resource)
-    async with engine.connect() as conn:
-        rows = await conn.execute(
-            sa.text(
-                "SELECT granted FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1"
-                " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-                " AND classid::bigint = :hi AND objid::bigint = :lo"
-            ),
-            {"hi": (key >> 32) & 0xFFFFFFFF, "lo": key & 0xFFFFFFFF},
-        )
-        return [bool(granted) for (granted,) in rows]
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], within: float = 5.0) -> None:
-    """Poll server-side state (there is no event to wait for) until ``check`` holds."""
-    end = time.monotonic() + within
-    while not await check():
-        assert time.monotonic() < end, "condition not reached in time"
-        await asyncio.sleep(0.02)
-
-
-def waiting(engine: AsyncEngine, resource: str, n: int = 1) -> Callable[[], Awaitable[bool]]:
-    async def check() -> bool:
-        return (await lock_rows(engine, resource)).count(False) == n
-
-    return check
 
 
 async def test_acquire_release(backend: PostgresLockBackend, resource: str) -> None:
@@ -217,111 +158,6 @@ async def test_hold_reports_a_killed_session(
         await killed_while_held()
     assert not finished
     assert not backend._held
-
-
-async def test_cancelled_waiter_leaves_nothing(
-    backend: PostgresLockBackend, engine: AsyncEngine, resource: str
-) -> None:
-    holder = await backend.acquire(resource, ttl=10, timeout=0)
-    waiter = asyncio.ensure_future(backend.acquire(resource, ttl=10, timeout=30))
-    await eventually(waiting(engine, resource))
-    waiter.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await waiter
-    await eventually(waiting(engine, resource, 0))
-    await backend.release(holder)
-    lease = await backend.acquire(resource, ttl=10, timeout=0)
-    await backend.release(lease)
-    assert not backend._held
-
-
-async def test_cancelled_at_any_moment_strands_nothing(
-    backend: PostgresLockBackend, engine: AsyncEngine, resource: str
-) -> None:
-    rng = random.Random()
-    outcomes = set()
-    for i in range(15):
-        task = asyncio.ensure_future(backend.acquire(resource, ttl=30, timeout=5))
-        # Every third one is cancelled one loop turn in, surely mid-acquire (it needs
-        # I/O); the others at a random moment, often after the grant.
-        await asyncio.sleep(0 if i % 3 == 0 else rng.uniform(0, 0.01))
-        task.cancel()
-        try:
-            lease = await task
-        except asyncio.CancelledError:
-            outcomes.add("cancelled")
-        else:
-            outcomes.add("granted")
-            await backend.release(lease)
-
-        async def free() -> bool:
-            return await lock_rows(engine, resource) == []
-
-        # A session ended by a cancellation lets go within moments, not after its 30 s TTL.
-        await eventually(free)
-        assert not backend._held
-    assert "cancelled" in outcomes
-
-
-class Elsewhere:
-    """A PostgreSQL client on its own thread and loop: it acts while our loop is blocked."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` there, blocking this thread (and so our event loop) meanwhile."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=10)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join()
-        self.loop.close()
-
-
-async def test_cancelled_just_after_the_grant_strands_nothing(
-    backend: PostgresLockBackend, engine: AsyncEngine, postgres_url: str, resource: str
-) -> None:
-    key = advisory_key(resource)
-    elsewhere = Elsewhere()
-    other = create_async_engine(postgres_url, poolclass=NullPool)
-    holder = elsewhere.run(other.connect().start())
-    lock = sa.text("SELECT pg_advisory_lock(:key)")
-    unlock = sa.text("SELECT pg_advisory_unlock(:key)")
-    granted = sa.text(
-        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
-        " AND classid::bigint = :hi AND objid::bigint = :lo"
-    )
-
-    async def hand_over() -> None:
-        # Session-level and transaction-level advisory locks on one key conflict.
-        await holder.execute(unlock, {"key": key})
-        ids = {"hi": (key >> 32) & 0xFFFFFFFF, "lo": key & 0xFFFFFFFF}
-        while not (await holder.execute(granted, ids)).scalar():
-            await asyncio.sleep(0.005)
-
-    try:
-        elsewhere.run(holder.execute(lock, {"key": key}))
-        waiter = asyncio.ensure_future(backend.acquire(resource, ttl=30, timeout=10))
-        await eventually(waiting(engine, resource))
-        # Our loop is blocked while the server grants the waiter the lock, so the
-        # cancellation lands after the grant and before we can see the reply.
-        elsewhere.run(hand_over())
-        assert waiter.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await waiter
-
-        async def free() -> bool:
-            return await lock_rows(engine, resource) == []
-
-        await eventually(free)  # at once, not after the 30 s TTL
-        assert not backend._held
-    finally:
-        elsewhere.run(holder.close())
-        elsewhere.run(other.dispose())
-        elsewhere.close()
 
 
 async def test_unreachable_server_is_backend_unavailable(resource: str) -> None:

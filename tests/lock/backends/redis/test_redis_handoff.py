@@ -1,0 +1,72 @@
+"""Direct handoff in the Redis scripts: the releaser grants the lock to the first live waiter."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from redis import asyncio as aioredis
+
+from headway import Lock, RedisLockBackend
+from headway.lock.backends.redis.keys import ACQUIRE, LEAVE, acquire_call, leave_call, lock_keys
+from headway.lock.flow import Attempt, Try
+from tests.lock.backends.redis.waiters import queue_raw_waiter
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_release_hands_the_lock_to_the_first_waiter(
+    redis_backend: RedisLockBackend, redis_client: aioredis.Redis
+) -> None:
+    lock = Lock(redis_backend, "relay", ttl=30)
+    held = await lock.acquire()
+    waiter = await queue_raw_waiter(redis_client, "relay", "a" * 32)
+    await lock.release(held)
+    k = lock_keys("relay")
+    assert await redis_client.get(k.owner) == b"a" * 32  # held by the waiter already
+    assert 29_000 < await redis_client.pttl(k.owner) <= 30_000  # with the TTL it asked for
+    assert await redis_client.zcard(k.queue) == await redis_client.zcard(k.places) == 0
+    assert int(await redis_client.get(k.fence) or 0) > held.fence
+    # A waiter that missed the message finds its grant on its next attempt, renewed.
+    await redis_client.pexpire(k.owner, 5_000)
+    step = Try("a" * 32, 30_000, waiter, 60_000)
+    again = Attempt.from_reply(await ACQUIRE.run(redis_client, *acquire_call("relay", step)))
+    assert again.granted
+    assert again.fence == int(await redis_client.get(k.fence) or 0)
+    assert await redis_client.pttl(k.owner) > 5_000
+
+
+async def test_a_lock_handed_to_a_leaving_waiter_goes_to_the_next(
+    redis_backend: RedisLockBackend, redis_client: aioredis.Redis
+) -> None:
+    lock = Lock(redis_backend, "relay", ttl=30, timeout=10)
+    held = await lock.acquire()
+    gone = await queue_raw_waiter(redis_client, "relay", "a" * 32)
+    other = Lock(RedisLockBackend(redis_client), "relay", ttl=30, timeout=10)
+    next_one = asyncio.create_task(other.acquire())  # another client's: queued at once
+    k = lock_keys("relay")
+    async with asyncio.timeout(5):
+        while await redis_client.zcard(k.queue) < 2:
+            await asyncio.sleep(0.005)
+    await lock.release(held)  # handed to the raw waiter, which then gives up
+    assert await redis_client.get(k.owner) == b"a" * 32
+    await LEAVE.run(redis_client, *leave_call("relay", gone))
+    async with asyncio.timeout(2):  # woken with the lock, not after a bounded wait
+        lease = await next_one
+    assert lease.fence > held.fence
+    await other.release(lease)
+
+
+async def test_an_expired_holders_lock_goes_to_the_first_waiter(
+    redis_backend: RedisLockBackend, redis_client: aioredis.Redis
+) -> None:
+    await Lock(redis_backend, "relay", ttl=30).acquire()
+    await queue_raw_waiter(redis_client, "relay", "a" * 32)
+    k = lock_keys("relay")
+    await redis_client.delete(k.owner)  # the holder's lease runs out: nobody released it
+    # A newcomer finds it free but queued for: the first waiter gets it, not the newcomer.
+    step = Try("b" * 32, 30_000, "", 0)
+    refused = Attempt.from_reply(await ACQUIRE.run(redis_client, *acquire_call("relay", step)))
+    assert not refused.granted
+    assert refused.pttl_ms > 29_000
+    assert await redis_client.get(k.owner) == b"a" * 32
