@@ -19,9 +19,9 @@ from headway._clock import Clock, MonotonicClock
 from headway._errors import BackendUnavailable, ConcurrencyLimitExceeded, LockNotOwned
 from headway.lock.backend import complete
 from headway.lock.lease import check_ttl, new_token
+from headway.ratelimit.arguments import check_seconds
 from headway.ratelimit.backends.contract import ConcurrencyBackend, SyncConcurrencyBackend
 from headway.ratelimit.backends.memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
-from headway.ratelimit.core import check_seconds
 from headway.ratelimit.policies import Concurrency
 from headway.ratelimit.slots import Admission, Grant, Slot, admitted, failed_admission
 
