@@ -10,6 +10,7 @@ import asyncio
 import random
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from headway._clock import Clock, MonotonicClock
 from headway._errors import BackendUnavailable
@@ -98,12 +99,14 @@ class RateLimiter(_Shell):
         sent = 0.0 if self.cache is None else self.clock()
         backend = self.backend
         try:
-            started = backend.submit(key, self.policies, cost, peek, self.budget)
+            # A Decision, a reply's future, or None. Typed Any: mypy narrows ``isinstance``,
+            # not ``type() is``, which costs a third as much here (callgrind).
+            started: Any = backend.submit(key, self.policies, cost, peek, self.budget)
             if started is None:
                 if self._budget.seconds != self.budget:  # changed since: follow it
                     self._budget = Budget(self.budget)
                 decision = await self._budget.run(backend.decide(key, self.policies, cost, peek))
-            elif isinstance(started, Decision):  # answered at once: no budget can run out
+            elif type(started) is Decision:  # answered at once: no budget can run out
                 decision = started
             else:
                 # Written at once: await the reply itself (the budget is the call's timeout),
