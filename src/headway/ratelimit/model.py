@@ -42,6 +42,7 @@ class AlgorithmResult:
 
 
 def token_bucket(state: int | None, now: int, cost: int, a: int, b: int) -> AlgorithmResult:
+    """Token bucket as GCRA; the state is the theoretical arrival time."""
     tau = a * b
     tat = max(now if state is None else state, now)
     new_tat = tat + cost * a
@@ -57,6 +58,7 @@ def token_bucket(state: int | None, now: int, cost: int, a: int, b: int) -> Algo
 def leaky_bucket(
     state: tuple[int, int] | None, now: int, cost: int, a: int, b: int
 ) -> AlgorithmResult:
+    """Leaky bucket as a meter; the state is (level, when measured)."""
     full = a * b
     level, stamp = state if state is not None else (0, now)
     level = max(0, level - max(0, now - stamp))
@@ -73,6 +75,7 @@ def leaky_bucket(
 def fixed_window(
     state: tuple[int, int] | None, now: int, cost: int, a: int, b: int
 ) -> AlgorithmResult:
+    """Fixed window; the state is (window index, units charged in it)."""
     index = now // a
     count = state[1] if state is not None and state[0] == index else 0
     reset = (index + 1) * a - now
@@ -84,6 +87,7 @@ def fixed_window(
 
 
 def sliding_log(state: list[int] | None, now: int, cost: int, a: int, b: int) -> AlgorithmResult:
+    """Sliding log; the state is every charged unit's time, sorted."""
     log = [s for s in state or () if s > now - a]
     count = len(log)
     ok = count + cost <= b
@@ -108,6 +112,7 @@ def _counter_reset(index: int, a: int, now: int, c: int, p: int) -> int:
 def sliding_counter(
     state: tuple[int, int, int] | None, now: int, cost: int, a: int, b: int
 ) -> AlgorithmResult:
+    """Sliding counter; the state is (window index, current count, previous count)."""
     index = now // a
     e = now - index * a
     c = p = 0

@@ -126,6 +126,8 @@ class MemoryRateLimitBackend:
 
     name = "memory"
     failures: tuple[type[BaseException], ...] = (BackendUnavailable,)
+    # The model replies as ``ratelimit/decide.lua`` does (though ``submit`` never leaves a
+    # reply to read: it answers at once).
     decision_from_reply = staticmethod(decision_from_reply)
 
     def __init__(self, clock: Clock | None = None) -> None:
