@@ -1,10 +1,13 @@
-"""Hypothesis strategies: small policies and sequences of timed calls."""
+"""Hypothesis strategies: small policies of every algorithm in the table, timed calls."""
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+
 from hypothesis import strategies as st
 
-from headway import FixedWindow, LeakyBucket, SlidingCounter, SlidingLog, TokenBucket
+from headway.ratelimit.algorithms import ALGORITHMS
 from headway.ratelimit.policies import Policy
 
 # Around 2024 in server microseconds: big enough to exercise Lua's doubles.
@@ -13,25 +16,23 @@ EPOCH_US = 1_700_000_000_000_000
 PERIODS = st.sampled_from([0.001, 0.007, 0.25, 1.0, 3.0])
 
 
-def buckets(kind: type[TokenBucket] | type[LeakyBucket]) -> st.SearchStrategy[Policy]:
-    return st.builds(kind, st.integers(1, 8), st.integers(1, 5), PERIODS)
+#: A small value per parameter type: units, and seconds.
+SMALL: dict[object, st.SearchStrategy[object]] = {int: st.integers(1, 8), float: PERIODS}
 
 
-def windows(
-    kind: type[FixedWindow] | type[SlidingLog] | type[SlidingCounter],
-) -> st.SearchStrategy[Policy]:
-    return st.builds(kind, st.integers(1, 8), PERIODS)
+def small(policy: type[Policy]) -> st.SearchStrategy[Policy]:
+    """Policies of one class, every parameter but ``on_error`` small."""
+    hints = typing.get_type_hints(policy)
+    fields = [f.name for f in dataclasses.fields(policy) if f.name != "on_error"]
+    return st.builds(policy, *(SMALL[hints[name]] for name in fields))
 
 
-ALGORITHMS: dict[str, st.SearchStrategy[Policy]] = {
-    "token_bucket": buckets(TokenBucket),
-    "leaky_bucket": buckets(LeakyBucket),
-    "fixed_window": windows(FixedWindow),
-    "sliding_log": windows(SlidingLog),
-    "sliding_counter": windows(SlidingCounter),
+#: Every algorithm, by its policy's name: a new one in the table is tested unedited.
+ALGORITHMS_BY_NAME: dict[str, st.SearchStrategy[Policy]] = {
+    a.policy.name: small(a.policy) for a in ALGORITHMS
 }
 
-any_policy = st.one_of(*ALGORITHMS.values())
+any_policy = st.one_of(*ALGORITHMS_BY_NAME.values())
 
 policy_sets = st.lists(any_policy, min_size=1, max_size=3, unique_by=lambda p: p.key_part)
 

@@ -1,29 +1,54 @@
-"""Decisions from the backend's reply: the limiter's shortcut agrees with the general path."""
+"""Decisions from the backend's reply: the fast builders agree with the plain constructors."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from headway.ratelimit.decision import decision_from, decision_from_reply
-from headway.ratelimit.model import Verdict
-from headway.ratelimit.policies import Policy, PolicySet
+from headway import Decision, PolicyDecision, Source
+from headway.ratelimit.algorithms import PolicySet
+from headway.ratelimit.decision import decision_from_reply
+from headway.ratelimit.policies import Policy
 from tests.ratelimit.strategies import policy_sets
 
-# One policy's part of ``rl_decide.lua``'s reply: ok, remaining, reset_us, retry_us.
+# One policy's part of ``ratelimit/decide.lua``'s reply: ok, remaining, reset_us, retry_us.
 parts = st.tuples(
     st.integers(0, 1), st.integers(0, 10**9), st.integers(0, 10**12), st.integers(0, 10**12)
 )
 
 
+def built_plainly(reply: list[int], policies: PolicySet) -> Decision:
+    """The documented decision, through the dataclasses' own constructors."""
+    each = tuple(
+        PolicyDecision(p, reply[i] == 1, reply[i + 1], reply[i + 2] / 1e6, reply[i + 3] / 1e6)
+        for p, i in zip(policies, range(1, len(reply), 4), strict=True)
+    )
+    allowed = reply[0] == 1
+    if allowed:  # the fewest units left (then the longest reset) describes an admission
+        chosen = min(each, key=lambda d: (d.remaining, -d.reset_after))
+    else:  # the longest wait describes a rejection
+        chosen = max((d for d in each if not d.allowed), key=lambda d: d.retry_after)
+    retry = 0.0 if allowed else chosen.retry_after
+    return Decision(
+        allowed,
+        chosen.policy.limit,
+        chosen.remaining,
+        chosen.reset_after,
+        retry,
+        chosen.policy,
+        Source.BACKEND,
+        each,
+    )
+
+
 @given(policy_sets, st.data())
-def test_a_reply_decides_as_its_verdict_does(policies: list[Policy], data: st.DataObject) -> None:
+def test_a_reply_decides_as_documented(policies: list[Policy], data: st.DataObject) -> None:
     chosen = PolicySet(policies)
     drawn = [data.draw(parts) for _ in chosen]
     allowed = int(all(ok for ok, *_ in drawn))  # admitted only if every policy admits
     reply = [allowed, *(value for part in drawn for value in part)]
-    # One policy takes the shortcut (no Verdict), several the general path: same Decision.
-    expected = decision_from(Verdict.from_reply(reply), chosen)
+    # One policy takes the shortcut (no loop), several the general path: same Decision.
+    expected = built_plainly(reply, chosen)
     assert decision_from_reply(reply, chosen) == expected
     assert expected.allowed is (allowed == 1)
     assert expected.retry_after == 0.0 or not expected.allowed

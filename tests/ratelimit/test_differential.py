@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from headway import SyncMemoryRateLimitBackend, SyncRedisRateLimitBackend
 from headway.ratelimit.policies import Policy
-from tests.ratelimit.strategies import ALGORITHMS, EPOCH_US, policy_sets, steps
+from tests.ratelimit.strategies import ALGORITHMS_BY_NAME, EPOCH_US, policy_sets, steps
 
 pytestmark = pytest.mark.redis
 
@@ -48,10 +48,10 @@ def replay(
         assert actual == expected, (policies, now, key, cost, peek)
 
 
-@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS_BY_NAME))
 def test_each_algorithm_matches_the_model(sync_redis_client: redis.Redis, algorithm: str) -> None:
     @SETTINGS
-    @given(policy=ALGORITHMS[algorithm], start=st.integers(0, 10**9), calls=steps)
+    @given(policy=ALGORITHMS_BY_NAME[algorithm], start=st.integers(0, 10**9), calls=steps)
     def check(policy: Policy, start: int, calls: list[tuple[int, int, int, bool]]) -> None:
         replay(sync_redis_client, [policy], start, calls)
 

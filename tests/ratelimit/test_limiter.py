@@ -19,7 +19,7 @@ from headway import (
     TokenBucket,
 )
 from headway._clock import within
-from headway.ratelimit.core import Budget
+from headway.ratelimit.budget import Budget
 from headway.ratelimit.policies import Policy
 from tests.ratelimit.conftest import BackendFactory
 

@@ -1,4 +1,4 @@
-"""Lua scripts: loaded from ``headway/lua/*.lua``, run with EVALSHA.
+"""Lua scripts: loaded from ``headway/lua/`` (subfolders too), run with EVALSHA.
 
 A Redis restart or ``SCRIPT FLUSH`` makes EVALSHA fail with NOSCRIPT; the same
 call then falls back to EVAL (which also caches the script again), so callers
@@ -19,18 +19,26 @@ from headway._redis.resp import Arg, bulk
 __all__ = ["Script"]
 
 
+def _source(name: str) -> str:
+    # One folder at a time: a Traversable inside a zip takes no "a/b" path.
+    path = resources.files("headway") / "lua"
+    *folders, file = name.split("/")
+    for folder in folders:
+        path = path / folder
+    return (path / f"{file}.lua").read_text("utf-8")
+
+
 class Script:
     """One Lua script from the package, callable on async and sync clients."""
 
     def __init__(self, name: str, include: Sequence[str] = ()) -> None:
         """Load ``lua/<name>.lua``, preceded by the files named in ``include``.
 
-        Included files define local functions the main script calls, so one
-        script (one round trip) can combine pieces kept in separate files.
+        Names may have folders (``ratelimit/decide``). Included files define local
+        functions the main script calls, so one script (one round trip) can combine
+        pieces kept in separate files.
         """
-        folder = resources.files("headway") / "lua"
-        parts = [*include, name]
-        self._set(name, "\n".join((folder / f"{part}.lua").read_text("utf-8") for part in parts))
+        self._set(name, "\n".join(_source(part) for part in (*include, name)))
 
     @classmethod
     def from_source(cls, name: str, source: str) -> Script:

@@ -16,9 +16,9 @@ from headway._clock import Clock, MonotonicClock
 from headway._errors import BackendUnavailable, ConcurrencyLimitExceeded, LockNotOwned
 from headway.lock.lease import Lease
 from headway.lock.renewal import Renewal
+from headway.ratelimit.arguments import check_seconds
 from headway.ratelimit.backends.contract import ConcurrencyBackend, SyncConcurrencyBackend
 from headway.ratelimit.backends.memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
-from headway.ratelimit.core import check_seconds
 from headway.ratelimit.permits import Permits, SyncPermits
 from headway.ratelimit.policies import Concurrency
 from headway.ratelimit.slots import Admission, failed_admission

@@ -1,4 +1,4 @@
-"""The decision a limiter returns, and how it is built (pure functions)."""
+"""The decision a limiter returns, and how it is built from a backend's reply (pure)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,12 @@ import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from headway.ratelimit.model import Verdict
 from headway.ratelimit.policies import Policy
 
 __all__ = [
     "Decision",
     "PolicyDecision",
     "Source",
-    "decision_from",
     "decision_from_reply",
     "fallback",
 ]
@@ -80,7 +78,7 @@ class Decision:
 
 # A decision is built per request. The ``__init__`` of a frozen dataclass sets each
 # field through ``object.__setattr__``, about three times what setting the slot through
-# its descriptor costs, so ``decision_from`` builds its values with the two functions
+# its descriptor costs, so ``decision_from_reply`` builds its values with the two functions
 # below: the same objects (equal, hashable, immutable), made at a third of the cost.
 _new = object.__new__
 
@@ -146,16 +144,20 @@ def _one(
     )
 
 
-def decision_from(verdict: Verdict, policies: Sequence[Policy]) -> Decision:
-    """Turn a backend's verdict into a decision."""
-    outcomes = verdict.outcomes
-    allowed = verdict.allowed
-    if len(outcomes) == 1 and len(policies) == 1:
-        return _one(policies[0], allowed, *outcomes[0])
+def decision_from_reply(reply: Sequence[int], policies: Sequence[Policy]) -> Decision:
+    """The decision in ``ratelimit/decide.lua``'s reply (which the reference model gives too).
+
+    The reply is ``[allowed, then per policy: ok, remaining, reset_us, retry_us]``,
+    integers (as hiredis reads them); one policy's is read without a loop.
+    """
+    if len(reply) == 5 and len(policies) == 1:
+        allowed, ok, remaining, reset_us, retry_us = reply
+        return _one(policies[0], allowed == 1, ok == 1, remaining, reset_us, retry_us)
+    allowed = reply[0] == 1
     parts = tuple(
         [
-            _part(p, ok, remaining, reset_us / 1e6, retry_us / 1e6)
-            for p, (ok, remaining, reset_us, retry_us) in zip(policies, outcomes, strict=True)
+            _part(p, reply[i] == 1, reply[i + 1], reply[i + 2] / 1e6, reply[i + 3] / 1e6)
+            for p, i in zip(policies, range(1, len(reply), 4), strict=True)
         ]
     )
     if allowed:
@@ -171,14 +173,6 @@ def decision_from(verdict: Verdict, policies: Sequence[Policy]) -> Decision:
         chosen.policy,
         parts,
     )
-
-
-def decision_from_reply(reply: Sequence[int], policies: Sequence[Policy]) -> Decision:
-    """``decision_from(Verdict.from_reply(reply), policies)``, one policy's without the verdict."""
-    if len(reply) == 5 and len(policies) == 1:  # [allowed, ok, remaining, reset_us, retry_us]
-        allowed, ok, remaining, reset_us, retry_us = reply  # integers, as hiredis reads them
-        return _one(policies[0], allowed == 1, ok == 1, remaining, reset_us, retry_us)
-    return decision_from(Verdict.from_reply(reply), policies)
 
 
 def fallback(policies: Sequence[Policy], retry_after: float) -> Decision:

@@ -1,7 +1,7 @@
 """``RateLimiter`` and ``SyncRateLimiter``: policies on a backend, with failure modes.
 
-Both are thin shells over the same pure parts (``_core``, ``_decision``): they
-differ only in how they call the backend and how they sleep.
+Both are thin shells over the same pure parts (``arguments``, ``blocked``,
+``decision``): they differ only in how they call the backend and how they sleep.
 """
 
 from __future__ import annotations
@@ -10,28 +10,19 @@ import asyncio
 import random
 import time
 from collections.abc import Sequence
-
-from redis import exceptions as redis_errors
+from typing import Any
 
 from headway._clock import Clock, MonotonicClock
 from headway._errors import BackendUnavailable
+from headway.ratelimit.arguments import check_cost, check_policies, check_seconds
 from headway.ratelimit.backends.contract import RateLimitBackend, SyncRateLimitBackend
 from headway.ratelimit.backends.memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
-from headway.ratelimit.backends.redis import RedisRateLimitBackend
-from headway.ratelimit.core import BlockedCache, Budget, check_cost, check_policies, check_seconds
-from headway.ratelimit.decision import Decision, decision_from, decision_from_reply, fallback
+from headway.ratelimit.blocked import BlockedCache
+from headway.ratelimit.budget import Budget
+from headway.ratelimit.decision import Decision, fallback
 from headway.ratelimit.policies import Policy
 
 __all__ = ["RateLimiter", "SyncRateLimiter"]
-
-#: A backend that failed or ran out of budget; on the Redis fast path, its connection lost
-#: or the call's timeout passed.
-_FAILED = (
-    BackendUnavailable,
-    TimeoutError,
-    redis_errors.ConnectionError,
-    redis_errors.TimeoutError,
-)
 
 
 def _pause(decision: Decision, deadline: float, now: float) -> float | None:
@@ -108,22 +99,22 @@ class RateLimiter(_Shell):
         sent = 0.0 if self.cache is None else self.clock()
         backend = self.backend
         try:
-            if type(backend) is RedisRateLimitBackend and (
-                (reply := backend.submit(key, self.policies, cost, peek, self.budget)) is not None
-            ):
+            # A Decision, a reply's future, or None. Typed Any: mypy narrows ``isinstance``,
+            # not ``type() is``, which costs a third as much here (callgrind).
+            started: Any = backend.submit(key, self.policies, cost, peek, self.budget)
+            if started is None:
+                if self._budget.seconds != self.budget:  # changed since: follow it
+                    self._budget = Budget(self.budget)
+                decision = await self._budget.run(backend.decide(key, self.policies, cost, peek))
+            elif type(started) is Decision:  # answered at once: no budget can run out
+                decision = started
+            else:
                 # Written at once: await the reply itself (the budget is the call's timeout),
                 # not a stack of coroutines around it.
-                decision = decision_from_reply(await reply, self.policies)
-            else:
-                deciding = backend.decide(key, self.policies, cost, peek)
-                if type(backend) is MemoryRateLimitBackend:
-                    verdict = await deciding  # it never suspends: no budget can run out
-                else:
-                    if self._budget.seconds != self.budget:  # changed since: follow it
-                        self._budget = Budget(self.budget)
-                    verdict = await self._budget.run(deciding)
-                decision = decision_from(verdict, self.policies)
-        except _FAILED:
+                decision = backend.decision_from_reply(await started, self.policies)
+        except (TimeoutError, BackendUnavailable):  # the budget ran out, or ``decide`` failed
+            return self._failed()
+        except backend.failures:  # a future from ``submit`` failed
             return self._failed()
         if self.cache is not None and not decision.allowed:
             self.cache.put(key, cost, decision, sent)
@@ -181,10 +172,10 @@ class SyncRateLimiter(_Shell):
             return cached
         sent = self.clock()
         try:
-            verdict = self.backend.decide(key, self.policies, cost, peek)
+            decision = self.backend.decide(key, self.policies, cost, peek)
         except BackendUnavailable:
             return self._failed()
-        return self._remember(key, cost, decision_from(verdict, self.policies), sent)
+        return self._remember(key, cost, decision, sent)
 
     def hit(self, key: str, cost: int = 1) -> Decision:
         """Charge ``cost`` units to ``key`` if every policy admits them."""

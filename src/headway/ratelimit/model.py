@@ -1,11 +1,11 @@
-"""The reference model: every algorithm in pure Python, mirroring the Lua scripts.
+"""The reference model: every algorithm in pure Python, mirroring the Lua fragments.
 
-Each ``check_*`` function takes a policy's stored state, the time (integer
+Each algorithm's function takes a policy's stored state, the time (integer
 microseconds), the cost and the policy's two integer parameters, and returns
-what the script returns for it plus the state and TTL a charge would write.
-``decide`` combines several policies all-or-nothing, like ``rl_decide.lua``.
-The in-memory backend runs this model; the differential tests hold the
-scripts to it, decision for decision.
+what its fragment's ``check`` finds, plus the state and TTL a charge would write.
+``decide`` combines several policies all-or-nothing and replies what
+``ratelimit/decide.lua`` replies. The in-memory backend runs this model; the
+differential tests hold the scripts to it, decision for decision.
 """
 
 from __future__ import annotations
@@ -13,40 +13,24 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
-__all__ = ["Outcome", "Verdict", "decide", "initial"]
-
-
-class Outcome(NamedTuple):
-    """One policy's answer: admitted or not, units left, µs until reset and until a retry."""
-
-    ok: bool
-    remaining: int
-    reset_us: int
-    retry_us: int
-
-
-class Verdict(NamedTuple):
-    """The answer for every policy of one call; ``allowed`` when all of them admit.
-
-    (Named tuples, not dataclasses: one is built per decision, on the hot path.)
-    """
-
-    allowed: bool
-    outcomes: tuple[Outcome, ...]
-
-    @classmethod
-    def from_reply(cls, reply: Sequence[Any]) -> Verdict:
-        """Parse ``rl_decide.lua``'s flat reply."""
-        v = [int(x) for x in reply]
-        make = Outcome._make
-        outcomes = tuple([make((v[i] == 1, *v[i + 1 : i + 4])) for i in range(1, len(v), 4)])
-        return cls(v[0] == 1, outcomes)
+__all__ = [
+    "AlgorithmResult",
+    "ModelCheck",
+    "decide",
+    "fixed_window",
+    "leaky_bucket",
+    "sliding_counter",
+    "sliding_log",
+    "token_bucket",
+]
 
 
 @dataclass(frozen=True, slots=True)
-class _Check:
+class AlgorithmResult:
+    """What one algorithm found for one policy: the answer before and after a charge."""
+
     ok: bool
     remaining: int
     remaining_after: int
@@ -57,7 +41,8 @@ class _Check:
     ttl_us: int  # how long the written state matters
 
 
-def _gcra(state: int | None, now: int, cost: int, a: int, b: int) -> _Check:
+def token_bucket(state: int | None, now: int, cost: int, a: int, b: int) -> AlgorithmResult:
+    """Token bucket as GCRA; the state is the theoretical arrival time."""
     tau = a * b
     tat = max(now if state is None else state, now)
     new_tat = tat + cost * a
@@ -65,10 +50,15 @@ def _gcra(state: int | None, now: int, cost: int, a: int, b: int) -> _Check:
     remaining = (tau - (tat - now)) // a
     after = (tau - (new_tat - now)) // a if ok else remaining
     retry = 0 if ok else new_tat - tau - now
-    return _Check(ok, remaining, after, tat - now, new_tat - now, retry, new_tat, new_tat - now)
+    return AlgorithmResult(
+        ok, remaining, after, tat - now, new_tat - now, retry, new_tat, new_tat - now
+    )
 
 
-def _leaky(state: tuple[int, int] | None, now: int, cost: int, a: int, b: int) -> _Check:
+def leaky_bucket(
+    state: tuple[int, int] | None, now: int, cost: int, a: int, b: int
+) -> AlgorithmResult:
+    """Leaky bucket as a meter; the state is (level, when measured)."""
     full = a * b
     level, stamp = state if state is not None else (0, now)
     level = max(0, level - max(0, now - stamp))
@@ -77,21 +67,27 @@ def _leaky(state: tuple[int, int] | None, now: int, cost: int, a: int, b: int) -
     remaining = (full - level) // a
     after = (full - new_level) // a if ok else remaining
     retry = 0 if ok else new_level - full
-    return _Check(ok, remaining, after, level, new_level, retry, (new_level, now), new_level)
+    return AlgorithmResult(
+        ok, remaining, after, level, new_level, retry, (new_level, now), new_level
+    )
 
 
-def _fixed(state: tuple[int, int] | None, now: int, cost: int, a: int, b: int) -> _Check:
+def fixed_window(
+    state: tuple[int, int] | None, now: int, cost: int, a: int, b: int
+) -> AlgorithmResult:
+    """Fixed window; the state is (window index, units charged in it)."""
     index = now // a
     count = state[1] if state is not None and state[0] == index else 0
     reset = (index + 1) * a - now
     ok = count + cost <= b
     after = b - count - cost if ok else b - count
-    return _Check(
+    return AlgorithmResult(
         ok, b - count, after, reset, reset, 0 if ok else reset, (index, count + cost), reset
     )
 
 
-def _log(state: list[int] | None, now: int, cost: int, a: int, b: int) -> _Check:
+def sliding_log(state: list[int] | None, now: int, cost: int, a: int, b: int) -> AlgorithmResult:
+    """Sliding log; the state is every charged unit's time, sorted."""
     log = [s for s in state or () if s > now - a]
     count = len(log)
     ok = count + cost <= b
@@ -100,9 +96,9 @@ def _log(state: list[int] | None, now: int, cost: int, a: int, b: int) -> _Check
         written = list(log)
         for _ in range(cost):
             bisect.insort(written, now)
-        return _Check(True, b - count, b - count - cost, reset, a, 0, written, a)
+        return AlgorithmResult(True, b - count, b - count - cost, reset, a, 0, written, a)
     retry = log[count + cost - b - 1] + a - now
-    return _Check(False, b - count, b - count, reset, reset, retry, log, a)
+    return AlgorithmResult(False, b - count, b - count, reset, reset, retry, log, a)
 
 
 def _counter_reset(index: int, a: int, now: int, c: int, p: int) -> int:
@@ -113,7 +109,10 @@ def _counter_reset(index: int, a: int, now: int, c: int, p: int) -> int:
     return 0
 
 
-def _counter(state: tuple[int, int, int] | None, now: int, cost: int, a: int, b: int) -> _Check:
+def sliding_counter(
+    state: tuple[int, int, int] | None, now: int, cost: int, a: int, b: int
+) -> AlgorithmResult:
+    """Sliding counter; the state is (window index, current count, previous count)."""
     index = now // a
     e = now - index * a
     c = p = 0
@@ -130,50 +129,42 @@ def _counter(state: tuple[int, int, int] | None, now: int, cost: int, a: int, b:
     reset = _counter_reset(index, a, now, c, p)
     if ok:
         after_reset = _counter_reset(index, a, now, c + cost, p)
-        return _Check(
+        return AlgorithmResult(
             True, room(c), room(c + cost), reset, after_reset, 0, (index, c + cost, p), after_reset
         )
     if c + cost <= b:
         retry = a - (b - c - cost) * a // p - e
     else:
         retry = a - e + max(0, a - (b - cost) * a // c)
-    return _Check(False, room(c), room(c), reset, reset, retry, None, 0)
+    return AlgorithmResult(False, room(c), room(c), reset, reset, retry, None, 0)
 
 
-_ALGORITHMS: dict[int, Callable[[Any, int, int, int, int], _Check]] = {
-    1: _gcra,
-    2: _leaky,
-    3: _fixed,
-    4: _log,
-    5: _counter,
-}
-
-
-def initial() -> None:
-    """The state of a key nobody has charged (what a missing Redis key means)."""
-    return
+#: An algorithm's reference model: (state, now, cost, a, b) -> what it finds.
+ModelCheck = Callable[[Any, int, int, int, int], AlgorithmResult]
 
 
 def decide(
     states: Sequence[Any],
-    specs: Sequence[tuple[int, int, int]],
+    checks: Sequence[tuple[ModelCheck, int, int]],
     now: int,
     cost: int,
     peek: bool,
-) -> tuple[Verdict, list[tuple[Any, int]] | None]:
-    """Decide ``cost`` against every ``(kind, a, b)`` spec, given each one's stored state.
+) -> tuple[list[int], list[tuple[Any, int]] | None]:
+    """Decide ``cost`` against every ``(check, a, b)``, given each one's stored state.
 
-    Returns the verdict and, when it charged, the ``(state, ttl_us)`` to store
-    for each policy (``None`` when nothing is written).
+    Returns ``ratelimit/decide.lua``'s reply (``[allowed, then per policy ok,
+    remaining, reset_us, retry_us]``) and, when it charged, the ``(state, ttl_us)``
+    to store for each policy (``None`` when nothing is written).
     """
-    checks = [
-        _ALGORITHMS[kind](state, now, cost, a, b)
-        for state, (kind, a, b) in zip(states, specs, strict=True)
+    results = [
+        check(state, now, cost, a, b) for state, (check, a, b) in zip(states, checks, strict=True)
     ]
-    allowed = all(c.ok for c in checks)
-    charge = allowed and not peek
-    if charge:
-        outcomes = tuple(Outcome(True, c.remaining_after, c.reset_after, c.retry) for c in checks)
-        return Verdict(True, outcomes), [(c.state, c.ttl_us) for c in checks]
-    outcomes = tuple(Outcome(c.ok, c.remaining, c.reset, c.retry) for c in checks)
-    return Verdict(allowed, outcomes), None
+    allowed = all(r.ok for r in results)
+    reply = [1 if allowed else 0]
+    if allowed and not peek:
+        for r in results:
+            reply += (1, r.remaining_after, r.reset_after, r.retry)
+        return reply, [(r.state, r.ttl_us) for r in results]
+    for r in results:
+        reply += (1 if r.ok else 0, r.remaining, r.reset, r.retry)
+    return reply, None

@@ -1,5 +1,6 @@
 """Rate-limit policies: small frozen values with validated parameters.
 
+Which algorithm a policy runs is said once, in ``algorithms.py``'s table.
 Every policy reduces to integers before it reaches a script: windows and
 refill intervals in whole microseconds, limits in units. Scripts and the
 in-memory model then compute with exact integer arithmetic (all products stay
@@ -13,9 +14,8 @@ refills faster than asked.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 __all__ = [
     "MAX_UNITS",
@@ -24,7 +24,6 @@ __all__ = [
     "LeakyBucket",
     "OnError",
     "Policy",
-    "PolicySet",
     "SlidingCounter",
     "SlidingLog",
     "TokenBucket",
@@ -79,7 +78,6 @@ class _Bucket:
     period: float = 1.0
     on_error: OnError = "allow"
 
-    kind: ClassVar[int]
     name: ClassVar[str]
     tag: ClassVar[str]
 
@@ -124,7 +122,6 @@ class TokenBucket(_Bucket):
     arrival time, which is exactly a continuous token bucket.
     """
 
-    kind: ClassVar[int] = 1
     name: ClassVar[str] = "token_bucket"
     tag: ClassVar[str] = "tb"
 
@@ -137,7 +134,6 @@ class LeakyBucket(_Bucket):
     in the bucket. The state is the level and when it was measured.
     """
 
-    kind: ClassVar[int] = 2
     name: ClassVar[str] = "leaky_bucket"
     tag: ClassVar[str] = "lb"
 
@@ -148,7 +144,6 @@ class _Window:
     window: float = 1.0
     on_error: OnError = "allow"
 
-    kind: ClassVar[int]
     name: ClassVar[str]
     tag: ClassVar[str]
     max_limit: ClassVar[int] = MAX_UNITS
@@ -178,7 +173,6 @@ class _Window:
 class FixedWindow(_Window):
     """At most ``limit`` units per window; windows are aligned on the server's epoch clock."""
 
-    kind: ClassVar[int] = 3
     name: ClassVar[str] = "fixed_window"
     tag: ClassVar[str] = "fw"
 
@@ -187,7 +181,6 @@ class FixedWindow(_Window):
 class SlidingLog(_Window):
     """At most ``limit`` units in any ``window`` seconds, exactly (one log entry per unit)."""
 
-    kind: ClassVar[int] = 4
     name: ClassVar[str] = "sliding_log"
     tag: ClassVar[str] = "sl"
     max_limit: ClassVar[int] = MAX_LOG
@@ -201,55 +194,11 @@ class SlidingCounter(_Window):
     more than ``limit`` through in one fixed window, and smooths the boundary.
     """
 
-    kind: ClassVar[int] = 5
     name: ClassVar[str] = "sliding_counter"
     tag: ClassVar[str] = "sc"
 
 
 Policy = TokenBucket | LeakyBucket | FixedWindow | SlidingLog | SlidingCounter
-
-
-class PolicySet(tuple[Policy, ...]):
-    """Policies decided together, with what every call sends computed once.
-
-    ``specs`` holds each policy's ``(kind, a, b)``, ``flat`` the same run
-    together (the scripts' arguments). ``suffixes`` names each policy's state
-    (the in-memory backend's entries), ``stored`` the Redis keys that hold them.
-    One policy's state is named by its parameters. Several policies keep theirs
-    under the name of the whole set: every string state in one key (a decision
-    reads and writes it once, as the server charges about a round trip's worth
-    per command), a zset per sliding log; a limiter with other policies shares none.
-    """
-
-    specs: tuple[tuple[int, int, int], ...]
-    flat: tuple[int, ...]
-    suffixes: tuple[str, ...]
-    stored: tuple[str, ...]
-    kinds: tuple[int, ...]  # the algorithms used, sorted, once each
-    packed: dict[tuple[int, bool], Any]  # the Redis backend's packed arguments, per cost
-    packed_keys: dict[str, Any]  # the Redis backend's packed state keys, per limited key
-
-    def __new__(cls, policies: Iterable[Policy]) -> PolicySet:
-        self = super().__new__(cls, policies)
-        self.specs = tuple((p.kind, *p.params()) for p in self)
-        self.flat = tuple(n for spec in self.specs for n in spec)
-        parts = [p.key_part for p in self]
-        if len(parts) == 1:
-            self.suffixes = self.stored = (parts[0],)
-        else:
-            joined = "+".join(parts)
-            self.suffixes = tuple(f"{joined}/{part}" for part in parts)
-            logs = tuple(f"{joined}/{p.key_part}" for p in self if isinstance(p, SlidingLog))
-            self.stored = logs if len(logs) == len(parts) else (joined, *logs)
-        self.kinds = tuple(sorted({p.kind for p in self}))
-        self.packed = {}
-        self.packed_keys = {}
-        return self
-
-    @classmethod
-    def of(cls, policies: Iterable[Policy]) -> PolicySet:
-        """``policies`` as a PolicySet (itself if it already is one)."""
-        return policies if isinstance(policies, PolicySet) else cls(policies)
 
 
 #: Longest lease a concurrency slot may ask for, in seconds (a day; renew for longer).

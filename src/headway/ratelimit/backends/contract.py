@@ -1,20 +1,24 @@
 """What a rate-limit backend does, and the pure helpers every backend shares.
 
 A backend decides one call: several policies on one key, a cost, charge or
-peek. It returns a ``Verdict`` (see ``_model``) and raises
-``BackendUnavailable`` when it cannot answer; failure modes, caching and
-waiting are the limiter's business, not the backend's. A backend may also
-keep concurrency slots (``ConcurrencyBackend``); both built-in ones do.
+peek. It returns a ``Decision`` and raises ``BackendUnavailable`` when it cannot
+answer; failure modes, caching and waiting are the limiter's business, not the
+backend's. The limiter's hot path is ``submit``: a backend says there whether
+it answers at once, has written the call and awaits its reply, or needs
+``decide`` under the limiter's budget. A backend may also keep concurrency
+slots (``ConcurrencyBackend``); both built-in ones do.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from headway._keys import tag_base
-from headway.ratelimit.model import Verdict
-from headway.ratelimit.policies import Concurrency, Policy, PolicySet
+from headway.ratelimit.algorithms import PolicySet
+from headway.ratelimit.decision import Decision
+from headway.ratelimit.policies import Concurrency, Policy
 from headway.ratelimit.slots import Grant
 
 __all__ = [
@@ -32,6 +36,26 @@ class RateLimitBackend(Protocol):
     """An async backend: decides (and charges) policies for a key, or forgets the key."""
 
     name: str
+    #: What a future from ``submit`` fails with when the backend did not answer (in time):
+    #: the limiter then answers with its failure mode, as for ``BackendUnavailable``.
+    failures: tuple[type[BaseException], ...]
+
+    def submit(
+        self, key: str, policies: PolicySet, cost: int, peek: bool, timeout: float
+    ) -> Decision | asyncio.Future[Any] | None:
+        """Start ``decide``'s work without a coroutine: the limiter's hot path.
+
+        Returns the ``Decision`` when the backend answers at once (it never waits,
+        so no budget applies); or the future of its reply when the call was written
+        at once, failing after ``timeout`` seconds (``decision_from_reply`` reads
+        it); or None when neither can be done now: the limiter then awaits
+        ``decide`` within its budget.
+        """
+        ...
+
+    def decision_from_reply(self, reply: Any, policies: PolicySet) -> Decision:
+        """The decision in the reply a future from ``submit`` resolved to."""
+        ...
 
     async def decide(
         self,
@@ -41,7 +65,7 @@ class RateLimitBackend(Protocol):
         peek: bool,
         *,
         now_us: int | None = None,
-    ) -> Verdict:
+    ) -> Decision:
         """Decide ``cost`` against every policy, all-or-nothing.
 
         ``now_us`` exists for the differential tests only: production calls
@@ -55,7 +79,7 @@ class RateLimitBackend(Protocol):
 
 
 class SyncRateLimitBackend(Protocol):
-    """The synchronous counterpart of ``RateLimitBackend``."""
+    """The synchronous counterpart of ``RateLimitBackend`` (its budget is the client's)."""
 
     name: str
 
@@ -67,7 +91,7 @@ class SyncRateLimitBackend(Protocol):
         peek: bool,
         *,
         now_us: int | None = None,
-    ) -> Verdict: ...
+    ) -> Decision: ...
 
     def reset(self, key: str, policies: Sequence[Policy]) -> None: ...
 
@@ -123,7 +147,7 @@ def policy_keys(key: str, policies: Sequence[Policy]) -> list[str]:
 def decide_call(
     key: str, policies: Sequence[Policy], cost: int, peek: bool, now_us: int | None
 ) -> tuple[list[str], list[int | str]]:
-    """Keys and arguments of ``rl_decide.lua``."""
+    """Keys and arguments of ``ratelimit/decide.lua``."""
     policies = PolicySet.of(policies)
     head = ["" if now_us is None else now_us, cost, 1 if peek else 0]
     return state_keys(key, policies), [*head, *policies.flat]

@@ -1,11 +1,11 @@
 """The in-memory rate-limit backend: the embedded default and the reference model.
 
-It runs ``_model`` over a dict in one process, with the scripts' semantics:
+It runs ``model`` over a dict in one process, with the scripts' semantics:
 one state per policy, named as the scripts name it (they keep several policies'
 string states in one key), the same TTLs (an expired state reads as missing), the
-same decisions, and the same concurrency slots (leases that end unless renewed).
+same replies, and the same concurrency slots (leases that end unless renewed).
 Time comes from an injectable clock (monotonic by default: one process needs
-no shared clock).
+no shared clock). A decision never waits, so ``submit`` always answers at once.
 """
 
 from __future__ import annotations
@@ -15,9 +15,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from headway._clock import Clock, MonotonicClock
+from headway._errors import BackendUnavailable
+from headway.ratelimit.algorithms import PolicySet
 from headway.ratelimit.backends.contract import policy_keys
-from headway.ratelimit.model import Verdict, decide
-from headway.ratelimit.policies import Concurrency, Policy, PolicySet
+from headway.ratelimit.decision import Decision, decision_from_reply
+from headway.ratelimit.model import decide
+from headway.ratelimit.policies import Concurrency, Policy
 from headway.ratelimit.slots import Grant, slot_key
 
 __all__ = ["MemoryRateLimitBackend", "SyncMemoryRateLimitBackend"]
@@ -34,23 +37,24 @@ class _Store:
 
     def decide(
         self, key: str, policies: Sequence[Policy], cost: int, peek: bool, now_us: int | None
-    ) -> Verdict:
+    ) -> Decision:
         with self._mutex:
             now = self._now() if now_us is None else now_us
-            return self._decide(policy_keys(key, policies), policies, cost, peek, now)
+            reply = self._decide(policy_keys(key, policies), policies, cost, peek, now)
+        return decision_from_reply(reply, policies)
 
     def _decide(
         self, keys: list[str], policies: Sequence[Policy], cost: int, peek: bool, now: int
-    ) -> Verdict:
+    ) -> list[int]:
         states = [self._get(k, now) for k in keys]
-        verdict, writes = decide(states, PolicySet.of(policies).specs, now, cost, peek)
+        reply, writes = decide(states, PolicySet.of(policies).checks, now, cost, peek)
         if writes is not None:
             for k, (state, ttl_us) in zip(keys, writes, strict=True):
                 # Scripts round TTLs up to whole milliseconds; so does the model.
                 self.entries[k] = (state, now + max(1, -(-ttl_us // 1000)) * 1000)
             if len(self.entries) >= self._sweep_at:
                 self._sweep(now)
-        return verdict
+        return reply
 
     def _get(self, key: str, now: int) -> Any:
         entry = self.entries.get(key)
@@ -121,6 +125,10 @@ class MemoryRateLimitBackend:
     """Rate limits for one process (async API), with the Redis scripts' semantics."""
 
     name = "memory"
+    failures: tuple[type[BaseException], ...] = (BackendUnavailable,)
+    # The model replies as ``ratelimit/decide.lua`` does (though ``submit`` never leaves a
+    # reply to read: it answers at once).
+    decision_from_reply = staticmethod(decision_from_reply)
 
     def __init__(self, clock: Clock | None = None) -> None:
         self._store = _Store(clock)
@@ -133,9 +141,15 @@ class MemoryRateLimitBackend:
         peek: bool,
         *,
         now_us: int | None = None,
-    ) -> Verdict:
+    ) -> Decision:
         """Decide (see ``RateLimitBackend.decide``)."""
         return self._store.decide(key, policies, cost, peek, now_us)
+
+    def submit(
+        self, key: str, policies: PolicySet, cost: int, peek: bool, timeout: float
+    ) -> Decision:
+        """The decision, made at once (see ``RateLimitBackend.submit``)."""
+        return self._store.decide(key, policies, cost, peek, None)
 
     async def reset(self, key: str, policies: Sequence[Policy]) -> None:
         """Forget ``key``."""
@@ -170,7 +184,7 @@ class SyncMemoryRateLimitBackend:
         peek: bool,
         *,
         now_us: int | None = None,
-    ) -> Verdict:
+    ) -> Decision:
         """Decide (see ``RateLimitBackend.decide``)."""
         return self._store.decide(key, policies, cost, peek, now_us)
 

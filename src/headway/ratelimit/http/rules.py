@@ -18,9 +18,9 @@ from typing import Literal, cast
 
 from headway._clock import Clock
 from headway._http import Scope
+from headway.ratelimit.arguments import check_policies
 from headway.ratelimit.backends.contract import ConcurrencyBackend, RateLimitBackend
 from headway.ratelimit.concurrency import ConcurrencyLimiter
-from headway.ratelimit.core import check_policies
 from headway.ratelimit.decision import Decision
 from headway.ratelimit.http.headers import concurrency_item, policy_item, sf_string
 from headway.ratelimit.http.identity import ApiKey, AuthenticatedUser, ClientAddress, Identity

@@ -1,10 +1,12 @@
--- Token bucket as GCRA (kind 1), included by rl_decide.lua (not run alone).
+-- Token bucket as GCRA: a fragment of ratelimit/decide.lua (not run alone).
+-- NEEDS       from ratelimit/common.lua: idiv, fmt, algorithms
+-- REGISTERS   algorithms[1] (kind 1 in ratelimit/algorithms.py)
 -- STATE  the theoretical arrival time (TAT, server us) of the next unit; the bucket
 --        is full once the TAT is in the past, so the state matters until then.
 -- a    interval_us: microseconds per unit of refill
 -- b    capacity: units admitted at once
--- check(state, key, now, cost, a, b), with state the STATE rl_decide.lua read from the
--- string key (false if none), returns the fields rl_decide.lua reports:
+-- check(state, key, now, cost, a, b), with state the STATE decide.lua read from the
+-- string key (false if none), returns the fields decide.lua reports:
 --   ok, remaining, remaining_after, reset (until full), reset_after, retry.
 -- commit returns the STATE to write and how long it matters (us).
 local token_bucket = { string_state = true }

@@ -1,6 +1,8 @@
 -- Decide (and charge) several rate-limit policies on one key, all-or-nothing.
--- The algorithms come from rl_<algorithm>.lua, prepended to this file: only those the
--- call's policies use (one script per combination), so a call defines no more than it runs.
+-- INCLUDES  ratelimit/common.lua, then the fragments (ratelimit/<algorithm>.lua) of just
+--           the algorithms the call's policies use (one script per combination), so a
+--           call defines no more than it runs.
+-- NEEDS     from common: server_now_us, ttl_ms, and `algorithms` as the fragments fill it.
 -- KEYS     every key shares one hash tag. KEYS[1] holds the string states of all the
 --          policies that keep one (all but sliding logs), in policy order, joined by
 --          '|': one GET and one SET per decision however many policies, as every
@@ -13,15 +15,13 @@
 -- ARGV[2]  cost: units to charge (>= 1; the client rejects costs no policy can admit)
 -- ARGV[3]  peek: 1 = decide without charging, 0 = charge when every policy admits
 -- ARGV[4 + 3(i-1) .. 6 + 3(i-1)]  kind, a, b of policy i
---          (kind 1 token bucket, 2 leaky bucket, 3 fixed window, 4 sliding log,
---          5 sliding counter; a and b as each algorithm file describes)
+--          (kinds as in ratelimit/algorithms.py's table; a and b as each fragment describes)
 -- Returns {allowed, then per policy: ok, remaining, reset_us, retry_us}, where
 -- allowed is 1 when every policy admits; remaining and reset_us are after the
 -- charge when one was made; retry_us is 0 for a policy that admits.
 local now, grace_ms
 if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = server_now_us()
   grace_ms = 0
 else
   now = tonumber(ARGV[1])

@@ -1,10 +1,12 @@
--- Leaky bucket as a meter (kind 2), included by rl_decide.lua (not run alone).
+-- Leaky bucket as a meter: a fragment of ratelimit/decide.lua (not run alone).
+-- NEEDS       from ratelimit/common.lua: idiv, algorithms
+-- REGISTERS   algorithms[2] (kind 2 in ratelimit/algorithms.py)
 -- STATE  "<l>:<t>": l = level (us of leaking left), t = server us when measured; the
 --        bucket is empty when the level has leaked away, so the state matters until then.
 -- a    interval_us: microseconds to leak one unit
 -- b    capacity: units the bucket holds
--- check(state, key, now, cost, a, b), with state the STATE rl_decide.lua read from the
--- string key (false if none), returns the fields rl_decide.lua reports:
+-- check(state, key, now, cost, a, b), with state the STATE decide.lua read from the
+-- string key (false if none), returns the fields decide.lua reports:
 --   ok, remaining, remaining_after, reset (until empty), reset_after, retry.
 -- commit returns the STATE to write and how long it matters (us).
 local leaky_bucket = { string_state = true }

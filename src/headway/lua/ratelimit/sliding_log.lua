@@ -1,11 +1,13 @@
--- Sliding log (kind 4), included by rl_decide.lua (not run alone).
+-- Sliding log: a fragment of ratelimit/decide.lua (not run alone).
+-- NEEDS       from ratelimit/common.lua: fmt, ttl_ms, algorithms
+-- REGISTERS   algorithms[4] (kind 4 in ratelimit/algorithms.py)
 -- KEY  zset: one member per unit charged, scored by the server us it was charged at;
 --      members are "<us>:<n>" (n counts up within one us); it expires one window
 --      after the newest entry. Entries at or before now - window are pruned.
 -- a    window_us
 -- b    limit: units in any window
 -- state    unused: the zset is read here
--- check(_, key, now, cost, a, b) returns the fields rl_decide.lua reports:
+-- check(_, key, now, cost, a, b) returns the fields decide.lua reports:
 --   ok, remaining, remaining_after, reset (until the log is empty), reset_after, retry.
 local sliding_log = {}
 

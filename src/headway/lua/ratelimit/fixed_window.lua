@@ -1,10 +1,12 @@
--- Fixed window (kind 3), included by rl_decide.lua (not run alone).
+-- Fixed window: a fragment of ratelimit/decide.lua (not run alone).
+-- NEEDS       from ratelimit/common.lua: idiv, algorithms
+-- REGISTERS   algorithms[3] (kind 3 in ratelimit/algorithms.py)
 -- STATE  "<w>:<c>": w = window index (floor(server us / window_us)), c = units
 --        charged in it; it matters until the window ends.
 -- a    window_us
 -- b    limit: units per window
--- check(state, key, now, cost, a, b), with state the STATE rl_decide.lua read from the
--- string key (false if none), returns the fields rl_decide.lua reports:
+-- check(state, key, now, cost, a, b), with state the STATE decide.lua read from the
+-- string key (false if none), returns the fields decide.lua reports:
 --   ok, remaining, remaining_after, reset (until the window ends), reset_after, retry.
 -- commit returns the STATE to write and how long it matters (us).
 local fixed_window = { string_state = true }

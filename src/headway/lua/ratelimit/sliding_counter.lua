@@ -1,4 +1,6 @@
--- Sliding counter (kind 5), included by rl_decide.lua (not run alone).
+-- Sliding counter: a fragment of ratelimit/decide.lua (not run alone).
+-- NEEDS       from ratelimit/common.lua: idiv, algorithms
+-- REGISTERS   algorithms[5] (kind 5 in ratelimit/algorithms.py)
 -- STATE  "<w>:<c>:<p>": w = current window index, c = units charged in it, p = units
 --        in the window before; it matters until the current window's count stops
 --        weighing (the end of the next window).
@@ -6,8 +8,8 @@
 -- b    limit
 -- A request is admitted when p * (W - e) + (c + cost) * W <= limit * W, with e the
 -- time elapsed in the current window (integers: the weighted estimate, times W).
--- check(state, key, now, cost, a, b), with state the STATE rl_decide.lua read from the
--- string key (false if none), returns the fields rl_decide.lua reports:
+-- check(state, key, now, cost, a, b), with state the STATE decide.lua read from the
+-- string key (false if none), returns the fields decide.lua reports:
 --   ok, remaining, remaining_after, reset (until the estimate is 0), reset_after, retry.
 -- commit returns the STATE to write and how long it matters (us).
 local sliding_counter = { string_state = true }

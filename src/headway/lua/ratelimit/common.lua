@@ -1,0 +1,49 @@
+-- The rate-limit library script: included first by ratelimit/decide.lua (never run alone).
+-- DEFINES (locals every later part of the script may use, and nothing else):
+--   idiv(a, b)            floor(a / b) for integers a >= 0, b > 0, exact
+--   fmt(n)                an integer as an exact decimal string
+--   ttl_ms(us, grace_ms)  a TTL in ms covering us microseconds (>= 1 ms), plus grace_ms
+--   server_now_us()       the server's TIME in integer microseconds
+--   algorithms            the registry: each algorithm fragment sets algorithms[kind] (its
+--                         kind in ratelimit/algorithms.py) to a table with
+--     string_state        true if its state is a string decide.lua reads and writes;
+--                         else it reads and writes its own key itself
+--     check(state, key, now, cost, a, b)  the answer, without writing: a table with ok,
+--                         remaining, remaining_after, reset, reset_after, retry (and
+--                         whatever its commit needs)
+--     commit(key, now, r, grace_ms)  charge: returns the new state and how long it
+--                         matters (us) for a string state, nothing otherwise
+-- Times are integer microseconds and counts integer units, held in Lua's doubles:
+-- every value stays below 2^53, so each one is exact.
+
+-- floor(a / b) for integers a >= 0, b > 0, exact even where a / b rounds up.
+local function idiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+-- Integers as decimal strings ('%.14g', Lua's default, would round big ones; '%d' formats
+-- a C long, exact for every value here). redis.call formats number arguments exactly.
+local function fmt(n)
+  return string.format('%d', n)
+end
+
+-- A TTL in ms covering us microseconds (at least 1 ms), plus the grace period.
+local function ttl_ms(us, grace_ms)
+  local ms = math.ceil(us / 1000)
+  if ms < 1 then ms = 1 end
+  return ms + grace_ms
+end
+
+-- The one clock every decision reads: the server's, so app servers' skew cannot matter.
+local function server_now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local algorithms = {}

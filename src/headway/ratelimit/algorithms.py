@@ -1,0 +1,105 @@
+"""Every rate-limit algorithm in one table, and the set of policies one call decides.
+
+An algorithm is a policy class (``policies``), its reference model (``model``)
+and its Lua fragment (``lua/ratelimit/<name>.lua``), registered together in
+``ALGORITHMS`` under the kind id the scripts receive. Everything else (the
+scripts a call is composed of, the limiter's checks, the differential tests)
+reads this table. See ``docs/extending.md``, "Add a rate-limit algorithm".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from headway.ratelimit import model
+from headway.ratelimit.model import ModelCheck
+from headway.ratelimit.policies import (
+    FixedWindow,
+    LeakyBucket,
+    Policy,
+    SlidingCounter,
+    SlidingLog,
+    TokenBucket,
+)
+
+__all__ = ["ALGORITHMS", "POLICY_CLASSES", "Algorithm", "PolicySet", "algorithm_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class Algorithm:
+    """One algorithm: its kind id, policy class, reference model and Lua fragment."""
+
+    kind: int  # the id ``ratelimit/decide.lua`` receives, and its fragment registers under
+    policy: type[Policy]
+    model: ModelCheck
+    fragment: str  # the script its policies' calls include, under ``lua/``
+    #: Its state is a string the decide script reads and writes (in one key with the other
+    #: policies' strings), as its fragment's ``string_state`` says; else it keeps a key of its own.
+    string_state: bool = True
+
+
+ALGORITHMS: tuple[Algorithm, ...] = (
+    Algorithm(1, TokenBucket, model.token_bucket, "ratelimit/token_bucket"),
+    Algorithm(2, LeakyBucket, model.leaky_bucket, "ratelimit/leaky_bucket"),
+    Algorithm(3, FixedWindow, model.fixed_window, "ratelimit/fixed_window"),
+    Algorithm(4, SlidingLog, model.sliding_log, "ratelimit/sliding_log", string_state=False),
+    Algorithm(5, SlidingCounter, model.sliding_counter, "ratelimit/sliding_counter"),
+)
+
+#: The policy classes a limiter accepts.
+POLICY_CLASSES: tuple[type[Policy], ...] = tuple(a.policy for a in ALGORITHMS)
+_BY_CLASS = {a.policy: a for a in ALGORITHMS}
+
+
+def algorithm_of(policy: Policy) -> Algorithm:
+    """The algorithm ``policy`` runs."""
+    return _BY_CLASS[type(policy)]
+
+
+class PolicySet(tuple[Policy, ...]):
+    """Policies decided together, with what every call sends computed once.
+
+    ``specs`` holds each policy's ``(kind, a, b)``, ``flat`` the same run
+    together (the scripts' arguments), ``checks`` each one's ``(model, a, b)``
+    (the reference model's). ``suffixes`` names each policy's state (the
+    in-memory backend's entries), ``stored`` the Redis keys that hold them.
+    One policy's state is named by its parameters. Several policies keep theirs
+    under the name of the whole set: every string state in one key (a decision
+    reads and writes it once, as the server charges about a round trip's worth
+    per command), and a key each for the others (a sliding log's zset); a limiter
+    with other policies shares none.
+    """
+
+    specs: tuple[tuple[int, int, int], ...]
+    flat: tuple[int, ...]
+    checks: tuple[tuple[ModelCheck, int, int], ...]
+    suffixes: tuple[str, ...]
+    stored: tuple[str, ...]
+    algorithms: tuple[Algorithm, ...]  # the algorithms used, by kind, once each
+
+    def __new__(cls, policies: Iterable[Policy]) -> PolicySet:
+        self = super().__new__(cls, policies)
+        used = [algorithm_of(p) for p in self]
+        self.specs = tuple((a.kind, *p.params()) for a, p in zip(used, self, strict=True))
+        self.flat = tuple(n for spec in self.specs for n in spec)
+        self.checks = tuple((a.model, *p.params()) for a, p in zip(used, self, strict=True))
+        parts = [p.key_part for p in self]
+        if len(parts) == 1:
+            self.suffixes = self.stored = (parts[0],)
+        else:
+            joined = "+".join(parts)
+            self.suffixes = tuple(f"{joined}/{part}" for part in parts)
+            own = tuple(
+                f"{joined}/{p.key_part}"
+                for a, p in zip(used, self, strict=True)
+                if not a.string_state
+            )
+            self.stored = own if len(own) == len(parts) else (joined, *own)
+        self.algorithms = tuple(sorted(set(used), key=lambda a: a.kind))
+        return self
+
+    @classmethod
+    def of(cls, policies: Iterable[Policy]) -> PolicySet:
+        """``policies`` as a PolicySet (itself if it already is one)."""
+        return policies if isinstance(policies, PolicySet) else cls(policies)
