@@ -14,6 +14,7 @@ from headway.ratelimit.backends.redis import decide_script
 from headway.ratelimit.policies import Policy
 
 COMMON = Script("ratelimit/common").source
+CLOCK = Script("clock").source
 
 
 def _header(source: str) -> str:
@@ -52,10 +53,10 @@ def test_each_fragment_declares_what_it_needs_and_registers(algorithm: Algorithm
     assert used == declared
 
 
-def test_a_call_includes_the_library_then_its_algorithms_fragments() -> None:
+def test_a_call_includes_the_clock_the_library_then_its_algorithms_fragments() -> None:
     policies = PolicySet([SlidingCounter(3), TokenBucket(2, 1)])
     source = decide_script(policies).source
-    assert source.startswith(COMMON)
+    assert source.startswith(CLOCK + "\n" + COMMON)
     token, counter = (Script(algorithm_of(p).fragment).source for p in reversed(policies))
     assert source.index(token) < source.index(counter) < source.index("local cost")
     assert Script(algorithm_of(LeakyBucket(1, 1)).fragment).source not in source

@@ -1,6 +1,6 @@
 -- Acquire a lock lease, first come first served.
--- Includes lock/handoff.lua (loaded before it): server_us, next_fence, enqueue,
--- keep_queue, hand_off.
+-- Includes clock.lua (server_now_us) and lock/handoff.lua (next_fence, enqueue,
+-- keep_queue, hand_off), loaded before it.
 -- KEYS[1] owner  string: token of the current holder, expiring with the lease (PX)
 -- KEYS[2] fence  integer: the last fencing token handed out for this resource
 -- KEYS[3] queue  zset: waiter id -> arrival time (us); the lowest score goes next
@@ -16,7 +16,7 @@
 -- with its TTL renewed from now.
 -- Returns {1, fence} when granted; {0, pttl_ms} when not, where pttl_ms is the
 -- holder's remaining lease, or 0 when the lock is free but an earlier waiter goes first.
-local now_us = server_us()
+local now_us = server_now_us()
 local now_ms = math.floor(now_us / 1000)
 local waiter = ARGV[3]
 

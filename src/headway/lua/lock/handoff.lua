@@ -1,13 +1,9 @@
 -- Shared functions of the lock scripts, included (prepended) by lock/acquire.lua,
 -- lock/release.lua and lock/leave.lua; never run alone. No KEYS or ARGV of its own:
--- each function takes the keys and values it needs.
+-- each function takes the keys and values it needs. Needs clock.lua (server_now_us),
+-- included before it.
 -- A waiter id is "<token>:<ttl_ms>:<node>": the lease token it will hold, the TTL it
 -- asked for, and the client (backend instance) it waits in, which may be empty.
-
-local function server_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
 
 -- The fencing token of a new grant: one more than the last, and above `floor` and the
 -- server's clock in microseconds (so a lost counter never makes it go backwards).
@@ -49,7 +45,7 @@ local function hand_off(owner, fence_key, queue, places, channel, now_us, node)
   if not head then
     return nil  -- the common case, nobody waits: no clock needed
   end
-  now_us = now_us or server_us()
+  now_us = now_us or server_now_us()
   local now_ms = math.floor(now_us / 1000)
   while true do
     if not head then

@@ -1,5 +1,5 @@
 -- A waiter gives up its place (timeout or cancellation).
--- Includes lock/handoff.lua (loaded before it): hand_off.
+-- Includes clock.lua and lock/handoff.lua (hand_off), loaded before it.
 -- KEYS[1] owner   string: token of the current holder
 -- KEYS[2] queue   zset: waiter id -> arrival time (us)
 -- KEYS[3] places  zset: waiter id -> server time (ms) after which its place is void

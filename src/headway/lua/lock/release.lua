@@ -1,5 +1,6 @@
 -- Release a lease and hand the lock to the next waiter.
--- Includes lock/handoff.lua (loaded before it): server_us, enqueue, keep_queue, hand_off.
+-- Includes clock.lua (server_now_us) and lock/handoff.lua (enqueue, keep_queue,
+-- hand_off), loaded before it.
 -- KEYS[1] owner    string: token of the current holder
 -- KEYS[2] queue    zset: waiter id -> arrival time (us)
 -- KEYS[3] places   zset: waiter id -> server time (ms) after which its place is void
@@ -31,7 +32,7 @@ if ARGV[3] ~= '' then
 end
 local now_us = nil
 if #ARGV > 5 then
-  now_us = server_us()
+  now_us = server_now_us()
   local now_ms = math.floor(now_us / 1000)
   local place_ms = tonumber(ARGV[5])
   for i = 6, #ARGV do

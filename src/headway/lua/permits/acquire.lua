@@ -1,4 +1,5 @@
 -- Take one permit of a lock with ARGV[2] permits (a concurrency slot); never waits.
+-- Includes clock.lua (server_now_us), loaded before it.
 -- KEYS[1] permits zset: lease token -> end of its lease (server time, us). Leases that
 --                 ended are pruned on every call; the key lives as long as its longest lease.
 -- ARGV[1] token   random token of the new lease (the caller's; no fencing counter is kept)
@@ -8,8 +9,7 @@
 -- when every permit is held, where wait_us is the time until the first lease ends if its
 -- holder neither releases nor renews it.
 -- Not idempotent: every call brings a fresh token, and no client sends a call twice.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = server_now_us()
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local count = redis.call('ZCARD', KEYS[1])
 if count >= tonumber(ARGV[2]) then

@@ -1,9 +1,9 @@
--- The rate-limit library script: included first by ratelimit/decide.lua (never run alone).
+-- The rate-limit library script: included by ratelimit/decide.lua, after clock.lua (never
+-- run alone).
 -- DEFINES (locals every later part of the script may use, and nothing else):
 --   idiv(a, b)            floor(a / b) for integers a >= 0, b > 0, exact
 --   fmt(n)                an integer as an exact decimal string
 --   ttl_ms(us, grace_ms)  a TTL in ms covering us microseconds (>= 1 ms), plus grace_ms
---   server_now_us()       the server's TIME in integer microseconds
 --   algorithms            the registry: each algorithm fragment sets algorithms[kind] (its
 --                         kind in ratelimit/algorithms.py) to a table with
 --     string_state        true if its state is a string decide.lua reads and writes;
@@ -38,12 +38,6 @@ local function ttl_ms(us, grace_ms)
   local ms = math.ceil(us / 1000)
   if ms < 1 then ms = 1 end
   return ms + grace_ms
-end
-
--- The one clock every decision reads: the server's, so app servers' skew cannot matter.
-local function server_now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
 local algorithms = {}

@@ -35,9 +35,9 @@ __all__ = ["RedisRateLimitBackend", "SyncRedisRateLimitBackend", "decide_script"
 _DECIDE: dict[tuple[int, ...], Script] = {}
 #: Whether calls go over headway's pipelined connection (``_wire``) unless told otherwise.
 COALESCE = True
-SLOT_ACQUIRE = Script("permits/acquire")
-SLOT_RELEASE = Script("permits/release")
-SLOT_EXTEND = Script("permits/extend")
+SLOT_ACQUIRE = Script("permits/acquire", include=("clock",))
+SLOT_RELEASE = Script("permits/release", include=("clock",))
+SLOT_EXTEND = Script("permits/extend", include=("clock",))
 
 
 def decide_script(policies: Sequence[Policy]) -> Script:
@@ -46,7 +46,7 @@ def decide_script(policies: Sequence[Policy]) -> Script:
     kinds = tuple(a.kind for a in used)
     script = _DECIDE.get(kinds)
     if script is None:
-        include = ("ratelimit/common", *(a.fragment for a in used))
+        include = ("clock", "ratelimit/common", *(a.fragment for a in used))
         script = _DECIDE[kinds] = Script("ratelimit/decide", include=include)
     return script
 

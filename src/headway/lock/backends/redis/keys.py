@@ -31,10 +31,11 @@ __all__ = [
     "text",
 ]
 
-ACQUIRE = Script("lock/acquire", include=("lock/handoff",))
-RELEASE = Script("lock/release", include=("lock/handoff",))
+_HANDOFF = ("clock", "lock/handoff")
+ACQUIRE = Script("lock/acquire", include=_HANDOFF)
+RELEASE = Script("lock/release", include=_HANDOFF)
 EXTEND = Script("lock/extend")
-LEAVE = Script("lock/leave", include=("lock/handoff",))
+LEAVE = Script("lock/leave", include=_HANDOFF)
 FENCE_RAISE = Script("lock/fence_raise")
 
 
