@@ -5,20 +5,17 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
-from collections.abc import Callable
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import StaticPool
 
-from headway._demo_ratelimit import ratelimit_scene
+from headway._demo_ratelimit import Say, ratelimit_scene
 from headway._http import ASGIApp, Message, Receive, Scope, Send, send_response
 from headway.lock.backends.memory import MemoryLockBackend
 from headway.lock.fencing import fenced_update
 from headway.lock.lease import Lease
 from headway.lock.lock import Lock
-
-Say = Callable[[str], None]
 
 
 class Register:

@@ -23,6 +23,7 @@ from headway.ratelimit.http.middleware import RateLimitMiddleware
 from headway.ratelimit.http.rules import LimiterSettings, Rule
 from headway.ratelimit.policies import FixedWindow, TokenBucket
 
+#: Prints one line of a demo scene (the demos' only output).
 Say = Callable[[str], None]
 
 
