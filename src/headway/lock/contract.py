@@ -52,11 +52,14 @@ class SyncLockBackend(Protocol):
 
     name: str
 
-    def acquire(self, resource: str, ttl: float, timeout: float) -> Lease: ...
+    def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
+        """As ``LockBackend.acquire``, blocking."""
 
-    def release(self, lease: Lease) -> None: ...
+    def release(self, lease: Lease) -> None:
+        """As ``LockBackend.release``, blocking."""
 
-    def extend(self, lease: Lease, ttl: float) -> Lease: ...
+    def extend(self, lease: Lease, ttl: float) -> Lease:
+        """As ``LockBackend.extend``, blocking."""
 
 
 class AsyncWaiter(Protocol):

@@ -91,9 +91,11 @@ class SyncRateLimitBackend(Protocol):
         peek: bool,
         *,
         now_us: int | None = None,
-    ) -> Decision: ...
+    ) -> Decision:
+        """As ``RateLimitBackend.decide``, blocking."""
 
-    def reset(self, key: str, policies: Sequence[Policy]) -> None: ...
+    def reset(self, key: str, policies: Sequence[Policy]) -> None:
+        """As ``RateLimitBackend.reset``, blocking."""
 
 
 class ConcurrencyBackend(Protocol):
@@ -125,11 +127,14 @@ class SyncConcurrencyBackend(Protocol):
 
     name: str
 
-    def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant: ...
+    def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
+        """As ``ConcurrencyBackend.acquire_slot``, blocking."""
 
-    def release_slot(self, key: str, policy: Concurrency, token: str) -> bool: ...
+    def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
+        """As ``ConcurrencyBackend.release_slot``, blocking."""
 
-    def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool: ...
+    def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool:
+        """As ``ConcurrencyBackend.extend_slot``, blocking."""
 
 
 def state_keys(key: str, policies: Sequence[Policy]) -> list[str]:
