@@ -8,6 +8,7 @@ from functools import partial
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from redis import asyncio as aioredis
 from starlette.applications import Starlette
@@ -19,6 +20,7 @@ from starlette.routing import Route
 
 from headway import (
     Concurrency,
+    FakeClock,
     FixedWindow,
     MemoryRateLimitBackend,
     RateLimitBackend,
@@ -264,3 +266,76 @@ async def test_the_decorator_holds_a_slot_while_the_handler_runs() -> None:
 def test_a_rule_holds_at_most_one_concurrency_limit() -> None:
     with pytest.raises(ValueError, match="at most one Concurrency"):
         Rule([Concurrency(1), Concurrency(2)])
+
+
+async def test_a_request_whose_slot_lease_is_lost_gets_503_not_500(
+    backend: RateLimitBackend,
+) -> None:
+    clock = FakeClock()
+    if isinstance(backend, MemoryRateLimitBackend):
+        backend = MemoryRateLimitBackend(clock=clock)
+    entered, finished = anyio.Event(), anyio.Event()
+
+    async def stuck(request: Request) -> Response:
+        entered.set()
+        try:
+            await anyio.sleep_forever()  # only the lost lease ends this
+        finally:
+            finished.set()
+        raise AssertionError("unreachable")
+
+    rule = Rule({"inflight": Concurrency(limit=1, ttl=0.3)}, name="slots")
+    app = Starlette(
+        routes=[Route("/stuck", stuck)],
+        middleware=[Middleware(RateLimitMiddleware, rules=[rule], backend=backend)],
+    )
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            sent: list[list[Message]] = []
+
+            async def get() -> None:
+                sent.append(await asgi_get(app, "/stuck"))
+
+            group.start_soon(get)
+            await entered.wait()
+            # The slot's lease ends under the handler's feet: the clock jumps past it, or
+            # Redis forgets it. Its next renewal is refused.
+            clock.advance(60)
+            if isinstance(backend, RedisRateLimitBackend):
+                await backend.client.flushdb()
+    assert finished.is_set()  # the handler was cancelled, not left running
+    start, body = sent[0][0], sent[0][-1]
+    assert start["status"] == 503
+    assert dict(start["headers"])[b"retry-after"] == b"1"
+    assert b"ratelimit-slot-lost" in body["body"]
+
+
+async def test_the_decorator_answers_503_when_the_slot_lease_is_lost() -> None:
+    clock = FakeClock()
+    backend = MemoryRateLimitBackend(clock=clock)
+    entered, finished = anyio.Event(), anyio.Event()
+
+    @rate_limit(Concurrency(1, ttl=0.3), name="one", backend=backend)
+    async def stuck(request: Request) -> Response:
+        entered.set()
+        try:
+            await anyio.sleep_forever()  # only the lost lease ends this
+        finally:
+            finished.set()
+        raise AssertionError("unreachable")
+
+    app = Starlette(routes=[Route("/stuck", stuck)])
+    with anyio.fail_after(10):
+        async with client(app) as http, anyio.create_task_group() as group:
+            answers: list[httpx.Response] = []
+
+            async def get() -> None:
+                answers.append(await http.get("/stuck"))
+
+            group.start_soon(get)
+            await entered.wait()
+            clock.advance(60)  # the slot's lease is over: its next renewal is refused
+    assert finished.is_set()
+    assert answers[0].status_code == 503
+    assert answers[0].headers["retry-after"] == "1"
+    assert answers[0].json()["type"].endswith("ratelimit-slot-lost")

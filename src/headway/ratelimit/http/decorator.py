@@ -31,9 +31,10 @@ import anyio.from_thread
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
 
+from headway._errors import LockLost
 from headway.ratelimit.backends.contract import RateLimitBackend
 from headway.ratelimit.http.guard import DecisionHook, Guard, Ruling
-from headway.ratelimit.http.headers import Refusal
+from headway.ratelimit.http.headers import Refusal, slot_lost
 from headway.ratelimit.http.identity import Identity
 from headway.ratelimit.http.routes import routed_template
 from headway.ratelimit.http.rules import CostFunction, Limit, LimiterSettings, Per, Rule
@@ -157,12 +158,15 @@ class RateLimitDecorator:
                 scope = request.scope
                 ruling = await guard.decide(scope, scope.get("method", "GET"))
                 try:
-                    if ruling.refusal is not None:
-                        return _refusal_response(ruling.refusal)
-                    return _with_fields(ruling, await func(*args, **kwargs), sub_response)
-                finally:
-                    if ruling.slots is not None:
-                        await ruling.slots.aclose()
+                    try:
+                        if ruling.refusal is not None:
+                            return _refusal_response(ruling.refusal)
+                        return _with_fields(ruling, await func(*args, **kwargs), sub_response)
+                    finally:
+                        if ruling.slots is not None:
+                            await ruling.slots.aclose()
+                except LockLost:  # its slot ended: the handler was stopped (see ``hold()``)
+                    return _refusal_response(slot_lost())
 
             wrapper: Callable[P, Any] = async_wrapper
         else:
@@ -173,12 +177,15 @@ class RateLimitDecorator:
                 scope = request.scope
                 ruling = anyio.from_thread.run(guard.decide, scope, scope.get("method", "GET"))
                 try:
-                    if ruling.refusal is not None:
-                        return _refusal_response(ruling.refusal)
-                    return _with_fields(ruling, func(*args, **kwargs), sub_response)
-                finally:
-                    if ruling.slots is not None:  # else nothing to free: no trip to the loop
-                        anyio.from_thread.run(ruling.slots.aclose)
+                    try:
+                        if ruling.refusal is not None:
+                            return _refusal_response(ruling.refusal)
+                        return _with_fields(ruling, func(*args, **kwargs), sub_response)
+                    finally:
+                        if ruling.slots is not None:  # else nothing to free: no trip to the loop
+                            anyio.from_thread.run(ruling.slots.aclose)
+                except LockLost:  # its slot ended while the handler ran: it is not counted
+                    return _refusal_response(slot_lost())
 
             wrapper = sync_wrapper
         wrapper.__signature__ = _advertised(func)  # type: ignore[attr-defined]

@@ -239,3 +239,16 @@ def refusal_for(
         extensions = {"violated-policies": violated}
     fields = [(b"retry-after", str(wait).encode()), *response_fields(checked, legacy)]
     return problem_response(status, type_uri, title, detail, headers=fields, extensions=extensions)
+
+
+def slot_lost() -> Refusal:
+    """503 for a request whose in-flight slot ended before its response began.
+
+    ``hold()`` cancelled its handler (``LockLost``): a lease that cannot be renewed
+    means the limit no longer counts the request, so it stops rather than run unlimited.
+    """
+    return problem_response(
+        503, PROBLEM_BASE + "ratelimit-slot-lost", "Service Unavailable",
+        "The request lost its in-flight slot before it finished and was stopped. Retry.",
+        headers=[(b"retry-after", b"1")],
+    )  # fmt: skip

@@ -9,17 +9,22 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 from collections.abc import Awaitable, Sequence
 
+from headway._errors import LockLost
 from headway._http import ASGIApp, Message, Receive, Scope, Send, send_response
 from headway.ratelimit.backends.contract import RateLimitBackend
 from headway.ratelimit.http.guard import DecisionHook, DecisionOutcome, Guard
-from headway.ratelimit.http.headers import Refusal
+from headway.ratelimit.http.headers import Refusal, slot_lost
 from headway.ratelimit.http.identity import Identity
 from headway.ratelimit.http.routes import RouteCache, RouteFunction
 from headway.ratelimit.http.rules import LimiterSettings, Pattern, Rule
 
 __all__ = ["RateLimitMiddleware"]
+
+
+log = logging.getLogger("headway.ratelimit")
 
 
 class RateLimitMiddleware:
@@ -101,28 +106,32 @@ class RateLimitMiddleware:
             else:
                 await self.app(scope, receive, send)
             return
+        releasing = _Releasing(send, slots)
         try:
-            if refusal is not None:
-                await _refuse(refusal, scope, receive, send)
-            else:
-                await self._holding(slots, headers, scope, receive, send)
-        finally:  # the app returned or raised: free its slots
-            await slots.aclose()
+            try:
+                if refusal is not None:
+                    await _refuse(refusal, scope, receive, send)
+                else:
+                    await self._holding(releasing, headers, scope, receive)
+            finally:  # the app returned or raised: free its slots
+                await slots.aclose()
+        except LockLost:
+            if releasing.started or kind != "http":
+                raise  # the client already has part of a response: it can only be cut
+            await _slot_lost(send)
 
     async def _holding(
         self,
-        slots: contextlib.AsyncExitStack,
+        releasing: _Releasing,
         headers: Sequence[tuple[bytes, bytes]],
         scope: Scope,
         receive: Receive,
-        send: Send,
     ) -> None:
         """Run the app while the request holds concurrency slots."""
         kind = scope["type"]
-        watch = _DisconnectWatch(receive, slots) if kind == "http" else None
-        send = _with_headers(_releasing(send, slots), headers, kind)
+        watch = _DisconnectWatch(receive, releasing.slots) if kind == "http" else None
         try:
-            await self.app(scope, watch or receive, send)
+            await self.app(scope, watch or receive, _with_headers(releasing, headers, kind))
         finally:
             if watch is not None:
                 await watch.close()
@@ -140,18 +149,30 @@ def _with_headers(send: Send, extra: Sequence[tuple[bytes, bytes]], kind: str) -
     return wrapped
 
 
-def _releasing(send: Send, slots: contextlib.AsyncExitStack) -> Send:
-    """Free the request's slots once its response is complete (not after background tasks)."""
+class _Releasing:
+    """A ``send`` that frees the request's slots once its response is complete (not after
+    background tasks), and knows whether the response has started."""
 
-    async def wrapped(message: Message) -> None:
-        await send(message)
+    __slots__ = ("send", "slots", "started")
+
+    def __init__(self, send: Send, slots: contextlib.AsyncExitStack) -> None:
+        self.send = send
+        self.slots = slots
+        self.started = False
+
+    async def __call__(self, message: Message) -> None:
+        self.started = True
+        await self.send(message)
         kind = message["type"]
         if (kind == "http.response.body" and not message.get("more_body", False)) or (
             kind == "websocket.close"
         ):
-            await slots.aclose()
+            await self.slots.aclose()
 
-    return wrapped
+
+async def _slot_lost(send: Send) -> None:
+    log.warning("a request lost its concurrency slot before responding: cancelled")
+    await send_response(send, *slot_lost())
 
 
 class _DisconnectWatch:
