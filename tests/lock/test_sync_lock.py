@@ -84,9 +84,11 @@ def test_sync_threads_exclude_each_other_and_are_woken(sync_lock_backend: SyncLo
 
 
 def test_sync_hold_renews(sync_lock_backend: SyncLockBackend) -> None:
-    lock = SyncLock(sync_lock_backend, "sync-hold", ttl=0.6)
+    # A TTL well above a renewal's worst stall on a loaded 2-core machine (0.6 s once
+    # lapsed under a parallel test run), renewed every 0.1 s.
+    lock = SyncLock(sync_lock_backend, "sync-hold", ttl=1.2)
     with lock.hold(renew_every=0.1):
-        time.sleep(1.5)  # 2.5 TTLs: only renewals keep it
+        time.sleep(3.0)  # 2.5 TTLs: only renewals keep it
         with pytest.raises(LockNotAcquired):
             lock.acquire(timeout=0)
     lock.release(lock.acquire(timeout=0))
