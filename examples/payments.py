@@ -4,7 +4,8 @@ Run: ``python3 -m uv run uvicorn examples.payments:app``. Configured from
 ``HEADWAY_REDIS_URL`` and ``HEADWAY_DATABASE_URL`` (run ``headway migrate`` on it
 first); without them it uses the embedded defaults (in-memory lock and rate limits,
 SQLite file). Each caller (its bearer token, else its address) may make 100 requests
-a minute; a replay is answered before the limiter and costs none of them.
+a minute; a replay is answered before the limiter and costs none of them. A body
+that is not JSON is answered 400, one without a positive integer ``amount`` 422.
 
     curl -i -X POST localhost:8000/payments -H 'Idempotency-Key: "order-1"' \\
          -H 'Content-Type: application/json' -d '{"amount": 1000}'
@@ -64,10 +65,24 @@ def caller(scope: Scope) -> str | None:
     return _address(scope)
 
 
+def problem(status: int, title: str, detail: str) -> Response:
+    """An RFC 9457 problem: a client error is answered, never a 500."""
+    body = {"type": "about:blank", "title": title, "status": status, "detail": detail}
+    return JSONResponse(body, status_code=status, media_type="application/problem+json")
+
+
 async def create_payment(request: Request) -> Response:
-    payload = await request.json()
+    try:
+        payload = await request.json()
+    except ValueError:  # also the UnicodeDecodeError of a body that is not UTF-8
+        return problem(400, "Malformed JSON", "The body is not a JSON document.")
+    amount = payload.get("amount") if isinstance(payload, dict) else None
+    # bool is an int subclass: ``true`` is not an amount.
+    if type(amount) is not int or amount <= 0:
+        detail = 'The body must be a JSON object with a positive integer "amount".'
+        return problem(422, "Invalid payment", detail)
     # The side effect that must happen once per key: charging the card.
-    charge = {"id": f"ch_{uuid.uuid4().hex}", "amount": payload.get("amount")}
+    charge = {"id": f"ch_{uuid.uuid4().hex}", "amount": amount}
     return JSONResponse(charge, status_code=201)
 
 
