@@ -150,13 +150,31 @@ async def test_starlette_async_and_sync_endpoints() -> None:
     assert sf_list(sync[2].headers["ratelimit"])["sync_hello"]["r"] == 0
 
 
-async def test_endpoints_share_a_quota_only_when_given_the_same_name() -> None:
+async def test_endpoints_share_a_quota_when_given_the_same_name_and_backend() -> None:
     async with client(starlette_app()) as http:
         statuses = [(await http.get(path)).status_code for path in ("/one", "/two", "/one")]
         other_client = client(starlette_app(), ip="192.0.2.99")
     assert statuses == [200, 200, 429]
     async with other_client as http:
         assert (await http.get("/one")).status_code == 200
+
+
+async def test_the_same_name_without_the_same_backend_is_not_one_quota() -> None:
+    """Without ``backend=``, each endpoint has its own in-memory backend (docs say so)."""
+
+    @rate_limit(TWO, name="unshared")
+    async def one(request: Request) -> Response:
+        return JSONResponse({"one": True})
+
+    @rate_limit(TWO, name="unshared")
+    async def two(request: Request) -> Response:
+        return JSONResponse({"two": True})
+
+    app = Starlette(routes=[Route("/one", one), Route("/two", two)])
+    async with client(app) as http:
+        paths = ("/one", "/two", "/one", "/two", "/one", "/two")
+        statuses = [(await http.get(path)).status_code for path in paths]
+    assert statuses == [200, 200, 200, 200, 429, 429]
 
 
 async def test_calling_a_decorated_function_without_a_request_is_an_error() -> None:
