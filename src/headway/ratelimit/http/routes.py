@@ -104,7 +104,7 @@ def _search(routes: Sequence[Any], scope: Scope) -> tuple[bool, str | None]:
     return False, partial
 
 
-def _template(routes: Sequence[Any], scope: Scope) -> str | None | _Unreadable:
+def _template(routes: Sequence[Any], scope: Scope) -> str | _Unreadable | None:
     try:
         template = _search(routes, scope)[1]
     except _ForeignRoute:
@@ -128,16 +128,18 @@ class RouteCache:
     """The template of the Starlette/FastAPI route that will serve a request, or None.
 
     For another framework: the template it recorded, if it has routed
-    already; else None, with a warning the first time. Behind a small LRU cache of recently seen requests:
-    its key holds everything routing reads (method, path, root path, host) and
-    the route list's identity and length, so a route added later is seen; the
+    already; else None, with a warning the first time.
+
+    Behind a small LRU cache of recently seen requests: its key holds
+    everything routing reads (method, path, root path, host) and the route
+    list's identity and length, so a route added later is seen; the
     cache is bounded, so paths full of ids cannot grow it.
     """
 
     def __init__(self, app: Any, size: int = 4096) -> None:
         self.app = app
         self.size = size
-        self.cache: collections.OrderedDict[tuple[Any, ...], str | None | _Unreadable] = (
+        self.cache: collections.OrderedDict[tuple[Any, ...], str | _Unreadable | None] = (
             collections.OrderedDict()
         )
         self.warned = False
