@@ -47,7 +47,8 @@ async def test_wrapped_around_litestar_rules_match_the_raw_path_with_one_warning
     caplog.set_level(logging.WARNING, logger="headway.ratelimit")
     app = Litestar(route_handlers=[item, health], logging_config=None)
     rules = [Rule(TWO, routes=["/items/*"], name="items")]
-    limited = RateLimitMiddleware(app, rules=rules)
+    # Litestar types its scopes and messages as TypedDicts, not mappings: ASGI all the same.
+    limited = RateLimitMiddleware(app, rules=rules)  # type: ignore[arg-type]
     paths = ["/items/1", "/items/2", "/health", "/items/3", "/items/4"]
     assert await statuses(limited, paths) == [200, 200, 200, 429, 429]
     assert len(route_warnings(caplog)) == 1
@@ -62,7 +63,7 @@ async def test_inside_litestar_rules_match_the_template_litestar_recorded(
     app = Litestar(
         route_handlers=[item, health],
         logging_config=None,
-        middleware=[DefineMiddleware(RateLimitMiddleware, rules=rules)],
+        middleware=[DefineMiddleware(RateLimitMiddleware, rules=rules)],  # type: ignore[arg-type]
     )
     paths = ["/items/1", "/items/2", "/health", "/health", "/health", "/items/3"]
     assert await statuses(app, paths) == [200, 200, 200, 200, 200, 429]
