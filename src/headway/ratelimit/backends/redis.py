@@ -33,7 +33,7 @@ from headway.ratelimit.slots import Grant, slot_key
 __all__ = ["RedisRateLimitBackend", "SyncRedisRateLimitBackend", "decide_script"]
 
 _DECIDE: dict[tuple[int, ...], Script] = {}
-#: Whether calls go over headway's pipelined connection (``_wire``) unless told otherwise.
+#: Whether calls go over headway's pipelined connection (``_redis.wire``) unless told otherwise.
 COALESCE = True
 SLOT_ACQUIRE = Script("permits/acquire", include=("clock",))
 SLOT_RELEASE = Script("permits/release", include=("clock",))
@@ -89,7 +89,7 @@ class RedisRateLimitBackend:
     The latency budget is the limiter's (``RateLimiter(budget=...)``); connection
     and socket timeouts on the client bound what the budget cannot interrupt.
     With ``coalesce`` (the default), the scripts go over one pipelined connection
-    per event loop that headway drives itself (see ``_wire``): a lone decision is
+    per event loop that headway drives itself (see ``_redis.wire``): a lone decision is
     written at once, decisions made concurrently share writes. ``coalesce=False``,
     or a Cluster client, sends every call through redis-py.
     """
@@ -221,7 +221,7 @@ class SyncRedisRateLimitBackend:
 
     The latency budget is the client's socket timeout: set it with ``from_url``.
     With ``direct`` (the default) the scripts go over sockets headway drives itself
-    (``_wire.SyncWire``); ``direct=False``, or a Cluster client, goes through redis-py.
+    (``_redis.sync_wire.SyncWire``); ``direct=False``, or a Cluster client, goes through redis-py.
     """
 
     name = "redis"
