@@ -268,25 +268,32 @@ def test_a_rule_holds_at_most_one_concurrency_limit() -> None:
         Rule([Concurrency(1), Concurrency(2)])
 
 
+class Stuck:
+    """A handler that runs until it is cancelled, and says when it entered and ended."""
+
+    def __init__(self) -> None:
+        self.entered, self.finished = anyio.Event(), anyio.Event()
+
+    async def handler(self, request: Request) -> Response:
+        self.entered.set()
+        try:
+            await anyio.sleep_forever()  # only the lost lease ends this
+        finally:
+            self.finished.set()
+        raise AssertionError("unreachable")
+
+
 async def test_a_request_whose_slot_lease_is_lost_gets_503_not_500(
     backend: RateLimitBackend,
 ) -> None:
     clock = FakeClock()
     if isinstance(backend, MemoryRateLimitBackend):
         backend = MemoryRateLimitBackend(clock=clock)
-    entered, finished = anyio.Event(), anyio.Event()
-
-    async def stuck(request: Request) -> Response:
-        entered.set()
-        try:
-            await anyio.sleep_forever()  # only the lost lease ends this
-        finally:
-            finished.set()
-        raise AssertionError("unreachable")
+    stuck = Stuck()
 
     rule = Rule({"inflight": Concurrency(limit=1, ttl=0.3)}, name="slots")
     app = Starlette(
-        routes=[Route("/stuck", stuck)],
+        routes=[Route("/stuck", stuck.handler)],
         middleware=[Middleware(RateLimitMiddleware, rules=[rule], backend=backend)],
     )
     with anyio.fail_after(10):
@@ -297,13 +304,13 @@ async def test_a_request_whose_slot_lease_is_lost_gets_503_not_500(
                 sent.append(await asgi_get(app, "/stuck"))
 
             group.start_soon(get)
-            await entered.wait()
+            await stuck.entered.wait()
             # The slot's lease ends under the handler's feet: the clock jumps past it, or
             # Redis forgets it. Its next renewal is refused.
             clock.advance(60)
             if isinstance(backend, RedisRateLimitBackend):
                 await backend.client.flushdb()
-    assert finished.is_set()  # the handler was cancelled, not left running
+    assert stuck.finished.is_set()  # the handler was cancelled, not left running
     start, body = sent[0][0], sent[0][-1]
     assert start["status"] == 503
     assert dict(start["headers"])[b"retry-after"] == b"1"
@@ -313,18 +320,13 @@ async def test_a_request_whose_slot_lease_is_lost_gets_503_not_500(
 async def test_the_decorator_answers_503_when_the_slot_lease_is_lost() -> None:
     clock = FakeClock()
     backend = MemoryRateLimitBackend(clock=clock)
-    entered, finished = anyio.Event(), anyio.Event()
+    stuck = Stuck()
 
     @rate_limit(Concurrency(1, ttl=0.3), name="one", backend=backend)
-    async def stuck(request: Request) -> Response:
-        entered.set()
-        try:
-            await anyio.sleep_forever()  # only the lost lease ends this
-        finally:
-            finished.set()
-        raise AssertionError("unreachable")
+    async def endpoint(request: Request) -> Response:
+        return await stuck.handler(request)
 
-    app = Starlette(routes=[Route("/stuck", stuck)])
+    app = Starlette(routes=[Route("/stuck", endpoint)])
     with anyio.fail_after(10):
         async with client(app) as http, anyio.create_task_group() as group:
             answers: list[httpx.Response] = []
@@ -333,9 +335,9 @@ async def test_the_decorator_answers_503_when_the_slot_lease_is_lost() -> None:
                 answers.append(await http.get("/stuck"))
 
             group.start_soon(get)
-            await entered.wait()
+            await stuck.entered.wait()
             clock.advance(60)  # the slot's lease is over: its next renewal is refused
-    assert finished.is_set()
+    assert stuck.finished.is_set()
     assert answers[0].status_code == 503
     assert answers[0].headers["retry-after"] == "1"
     assert answers[0].json()["type"].endswith("ratelimit-slot-lost")
