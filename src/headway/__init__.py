@@ -12,6 +12,7 @@ from headway._errors import (
     LockNotAcquired,
     LockNotOwned,
 )
+from headway.idempotency.events import IdempotencyEvent, IdempotencyEventKind, IdempotencyHook
 from headway.idempotency.middleware import IdempotencyMiddleware, idempotent
 from headway.idempotency.store import RecordStore
 from headway.lock.backends.memory import MemoryLockBackend
@@ -67,6 +68,9 @@ __all__ = [
     "FakeClock",
     "FixedWindow",
     "HeadwayError",
+    "IdempotencyEvent",
+    "IdempotencyEventKind",
+    "IdempotencyHook",
     "IdempotencyMiddleware",
     "Identity",
     "LeakyBucket",

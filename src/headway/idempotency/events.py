@@ -1,0 +1,40 @@
+"""What an idempotent call or request tells the ``on_event`` hook: one contract for
+the middleware and for idempotent functions, so metrics and logs see both alike."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["IdempotencyEvent", "IdempotencyEventKind", "IdempotencyHook"]
+
+#: What happened to one key:
+#: ``claimed`` (a first execution starts), ``replayed`` (a stored result was returned),
+#: ``completed`` (the result was stored under the fence), ``released`` (the claim was
+#: given up, e.g. the work raised, so the key can be retried), ``conflict`` (the key is
+#: in flight elsewhere), ``key_reused`` (the key came back with different input).
+IdempotencyEventKind = Literal[
+    "claimed", "replayed", "completed", "released", "conflict", "key_reused"
+]
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyEvent:
+    """One outcome for one key, as the ``on_event`` hook sees it.
+
+    ``scope`` is the caller's scope (HTTP) or the function's namespace;
+    ``source`` is ``"http"`` for the middleware and ``"function"`` for idempotent
+    functions. ``fence`` is the claim's fencing token when there is one.
+    """
+
+    kind: IdempotencyEventKind
+    scope: str
+    key: str
+    source: Literal["http", "function"]
+    fence: int | None = None
+
+
+#: The hook: called once per event; may be sync or async. An exception it raises is
+#: logged and swallowed: metrics must never change what the caller gets.
+IdempotencyHook = Callable[[IdempotencyEvent], "Awaitable[None] | None"]
