@@ -1,57 +1,120 @@
-"""headway: idempotency keys, rate limits and distributed locks for ASGI apps."""
+"""headway: idempotency keys, rate limits and distributed locks for ASGI apps.
 
-from importlib.metadata import version as _version
+Every public name is imported from here, and only when first used (PEP 562): rate
+limiting alone never loads SQLAlchemy, Alembic or aiosqlite, which the idempotency
+records and the PostgreSQL lock need.
+"""
 
-from headway._clock import FakeClock, MonotonicClock
-from headway._errors import (
-    BackendUnavailable,
-    ConcurrencyLimitExceeded,
-    HeadwayError,
-    LockError,
-    LockLost,
-    LockNotAcquired,
-    LockNotOwned,
-)
-from headway.idempotency.events import IdempotencyEvent, IdempotencyEventKind, IdempotencyHook
-from headway.idempotency.middleware import IdempotencyMiddleware, idempotent
-from headway.idempotency.store import RecordStore
-from headway.lock.backends.memory import MemoryLockBackend
-from headway.lock.backends.postgres import PostgresLockBackend
-from headway.lock.backends.redis.backend import RedisLockBackend
-from headway.lock.backends.redis.sync_backend import SyncRedisLockBackend
-from headway.lock.backends.redlock import RedlockBackend
-from headway.lock.contract import LockBackend, SyncLockBackend
-from headway.lock.fencing import fenced_update, fenced_update_statement, fenced_update_sync
-from headway.lock.lease import Lease
-from headway.lock.lock import Lock, SyncLock
-from headway.ratelimit.backends.contract import (
-    ConcurrencyBackend,
-    RateLimitBackend,
-    SyncConcurrencyBackend,
-    SyncRateLimitBackend,
-)
-from headway.ratelimit.backends.memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
-from headway.ratelimit.backends.redis import RedisRateLimitBackend, SyncRedisRateLimitBackend
-from headway.ratelimit.concurrency import ConcurrencyLimiter, SyncConcurrencyLimiter
-from headway.ratelimit.decision import Decision, PolicyDecision, Source
-from headway.ratelimit.http.decorator import RateLimitDecorator, rate_limit
-from headway.ratelimit.http.guard import DecisionHook, RateLimitEvent
-from headway.ratelimit.http.identity import ApiKey, AuthenticatedUser, ClientAddress, Identity
-from headway.ratelimit.http.middleware import RateLimitMiddleware
-from headway.ratelimit.http.rules import LimiterSettings, Rule
-from headway.ratelimit.limiter import RateLimiter, SyncRateLimiter
-from headway.ratelimit.policies import (
-    Concurrency,
-    FixedWindow,
-    LeakyBucket,
-    Policy,
-    SlidingCounter,
-    SlidingLog,
-    TokenBucket,
-)
-from headway.ratelimit.slots import Admission
+from __future__ import annotations
 
-__version__ = _version("headway")
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`` imports
+    __version__: str
+
+    from headway._clock import FakeClock, MonotonicClock
+    from headway._errors import (
+        BackendUnavailable,
+        ConcurrencyLimitExceeded,
+        HeadwayError,
+        LockError,
+        LockLost,
+        LockNotAcquired,
+        LockNotOwned,
+    )
+    from headway.idempotency.events import IdempotencyEvent, IdempotencyEventKind, IdempotencyHook
+    from headway.idempotency.middleware import IdempotencyMiddleware, idempotent
+    from headway.idempotency.store import RecordStore
+    from headway.lock.backends.memory import MemoryLockBackend
+    from headway.lock.backends.postgres import PostgresLockBackend
+    from headway.lock.backends.redis.backend import RedisLockBackend
+    from headway.lock.backends.redis.sync_backend import SyncRedisLockBackend
+    from headway.lock.backends.redlock import RedlockBackend
+    from headway.lock.contract import LockBackend, SyncLockBackend
+    from headway.lock.fencing import fenced_update, fenced_update_statement, fenced_update_sync
+    from headway.lock.lease import Lease
+    from headway.lock.lock import Lock, SyncLock
+    from headway.ratelimit.backends.contract import (
+        ConcurrencyBackend,
+        RateLimitBackend,
+        SyncConcurrencyBackend,
+        SyncRateLimitBackend,
+    )
+    from headway.ratelimit.backends.memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
+    from headway.ratelimit.backends.redis import RedisRateLimitBackend, SyncRedisRateLimitBackend
+    from headway.ratelimit.concurrency import ConcurrencyLimiter, SyncConcurrencyLimiter
+    from headway.ratelimit.decision import Decision, PolicyDecision, Source
+    from headway.ratelimit.http.decorator import RateLimitDecorator, rate_limit
+    from headway.ratelimit.http.guard import DecisionHook, RateLimitEvent
+    from headway.ratelimit.http.identity import ApiKey, AuthenticatedUser, ClientAddress, Identity
+    from headway.ratelimit.http.middleware import RateLimitMiddleware
+    from headway.ratelimit.http.rules import LimiterSettings, Rule
+    from headway.ratelimit.limiter import RateLimiter, SyncRateLimiter
+    from headway.ratelimit.policies import (
+        Concurrency,
+        FixedWindow,
+        LeakyBucket,
+        Policy,
+        SlidingCounter,
+        SlidingLog,
+        TokenBucket,
+    )
+    from headway.ratelimit.slots import Admission
+
+#: Where each public name lives: module -> names. Keep it in step with the imports above
+#: (``tests/test_exported_members.py`` checks both against ``__all__``).
+_MODULES: dict[str, tuple[str, ...]] = {
+    "headway._clock": ("FakeClock", "MonotonicClock"),
+    "headway._errors": (
+        "BackendUnavailable",
+        "ConcurrencyLimitExceeded",
+        "HeadwayError",
+        "LockError",
+        "LockLost",
+        "LockNotAcquired",
+        "LockNotOwned",
+    ),
+    "headway.idempotency.events": ("IdempotencyEvent", "IdempotencyEventKind", "IdempotencyHook"),
+    "headway.idempotency.middleware": ("IdempotencyMiddleware", "idempotent"),
+    "headway.idempotency.store": ("RecordStore",),
+    "headway.lock.backends.memory": ("MemoryLockBackend",),
+    "headway.lock.backends.postgres": ("PostgresLockBackend",),
+    "headway.lock.backends.redis.backend": ("RedisLockBackend",),
+    "headway.lock.backends.redis.sync_backend": ("SyncRedisLockBackend",),
+    "headway.lock.backends.redlock": ("RedlockBackend",),
+    "headway.lock.contract": ("LockBackend", "SyncLockBackend"),
+    "headway.lock.fencing": ("fenced_update", "fenced_update_statement", "fenced_update_sync"),
+    "headway.lock.lease": ("Lease",),
+    "headway.lock.lock": ("Lock", "SyncLock"),
+    "headway.ratelimit.backends.contract": (
+        "ConcurrencyBackend",
+        "RateLimitBackend",
+        "SyncConcurrencyBackend",
+        "SyncRateLimitBackend",
+    ),
+    "headway.ratelimit.backends.memory": ("MemoryRateLimitBackend", "SyncMemoryRateLimitBackend"),
+    "headway.ratelimit.backends.redis": ("RedisRateLimitBackend", "SyncRedisRateLimitBackend"),
+    "headway.ratelimit.concurrency": ("ConcurrencyLimiter", "SyncConcurrencyLimiter"),
+    "headway.ratelimit.decision": ("Decision", "PolicyDecision", "Source"),
+    "headway.ratelimit.http.decorator": ("RateLimitDecorator", "rate_limit"),
+    "headway.ratelimit.http.guard": ("DecisionHook", "RateLimitEvent"),
+    "headway.ratelimit.http.identity": ("ApiKey", "AuthenticatedUser", "ClientAddress", "Identity"),
+    "headway.ratelimit.http.middleware": ("RateLimitMiddleware",),
+    "headway.ratelimit.http.rules": ("LimiterSettings", "Rule"),
+    "headway.ratelimit.limiter": ("RateLimiter", "SyncRateLimiter"),
+    "headway.ratelimit.policies": (
+        "Concurrency",
+        "FixedWindow",
+        "LeakyBucket",
+        "Policy",
+        "SlidingCounter",
+        "SlidingLog",
+        "TokenBucket",
+    ),
+    "headway.ratelimit.slots": ("Admission",),
+}
+_SOURCE = {name: module for module, names in _MODULES.items() for name in names}
 
 __all__ = [
     "Admission",
@@ -117,3 +180,23 @@ __all__ = [
     "idempotent",
     "rate_limit",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name on first use, then keep it in the module (no second lookup)."""
+    module = _SOURCE.get(name)
+    if module is None:
+        if name == "__version__":
+            from importlib.metadata import version
+
+            value: Any = version("headway")
+        else:
+            raise AttributeError(f"module 'headway' has no attribute {name!r}")
+    else:
+        value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__, "__version__"})

@@ -16,6 +16,7 @@ __all__ = [
     "Send",
     "header",
     "header_values",
+    "problem_json",
     "problem_response",
     "send_problem",
     "send_response",
@@ -27,8 +28,11 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-#: Problem ``type`` URIs are ``PROBLEM_BASE + slug``; the slugs are stable API.
-PROBLEM_BASE = "https://headway.dev/problems/"
+#: headway's own problem ``type`` URIs are ``PROBLEM_BASE + slug``; the slugs are stable API.
+#: A ``tag:`` URI (RFC 4151): an identifier that is never dereferenced, under a name no one
+#: else can ever hold (``.invalid`` is reserved, RFC 6761), so no stranger can serve a page
+#: at it. Problems the IETF registered (``quota-exceeded``...) use IANA's URIs instead.
+PROBLEM_BASE = "tag:headway.invalid,2026:problems/"
 
 
 def header_values(scope: Scope, name: bytes) -> list[bytes]:
@@ -85,8 +89,12 @@ def problem_response(
     problem = {"type": type_uri, "title": title, "status": status, "detail": detail}
     if extensions:
         problem.update(extensions)
-    body = json.dumps(problem, separators=(",", ":")).encode()
-    return status, [*PROBLEM_HEADERS, *headers], body
+    return status, [*PROBLEM_HEADERS, *headers], problem_json(problem)
+
+
+def problem_json(problem: Mapping[str, Any]) -> bytes:
+    """The body of an ``application/problem+json`` response: ``problem``'s members, compact."""
+    return json.dumps(problem, separators=(",", ":")).encode()
 
 
 async def send_problem(

@@ -89,7 +89,8 @@ async def test_key_required(store: RecordStore, bank: Bank) -> None:
         response = await pay(client, None)
     assert response.status_code == 400
     assert response.headers["content-type"] == "application/problem+json"
-    assert response.json()["type"].endswith("/idempotency-key-missing")
+    # A tag: URI (RFC 4151) under a name no one can register: never a stranger's web page.
+    assert response.json()["type"] == "tag:headway.invalid,2026:problems/idempotency-key-missing"
     assert bank.charges == []
 
 

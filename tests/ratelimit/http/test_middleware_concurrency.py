@@ -340,4 +340,4 @@ async def test_the_decorator_answers_503_when_the_slot_lease_is_lost() -> None:
     assert stuck.finished.is_set()
     assert answers[0].status_code == 503
     assert answers[0].headers["retry-after"] == "1"
-    assert answers[0].json()["type"].endswith("ratelimit-slot-lost")
+    assert answers[0].json()["type"] == "tag:headway.invalid,2026:problems/ratelimit-slot-lost"

@@ -237,4 +237,11 @@ async def test_limiter_settings_reach_the_endpoints_limiter() -> None:
         assert response.status_code == 503
         assert response.headers["retry-after"] == "7"
         assert response.headers["content-type"] == "application/problem+json"
-        assert response.json()["type"] == "https://headway.dev/problems/ratelimit-unavailable"
+        problem = response.json()
+        # draft -11's problem type for a server that cannot serve for now, naming the policies
+        assert problem["type"] == (
+            "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+        )
+        assert problem["title"] == "Temporary Reduced Capacity"
+        assert problem["status"] == 503
+        assert problem["violated-policies"] == list(sf_list(response.headers["ratelimit-policy"]))

@@ -1,9 +1,10 @@
-"""The IETF RateLimit header fields (draft-ietf-httpapi-ratelimit-headers-10), and refusals; pure.
+"""The IETF RateLimit header fields (draft-ietf-httpapi-ratelimit-headers-11), and refusals; pure.
 
 ``RateLimit-Policy`` and ``RateLimit`` are Structured Field Lists (RFC 9651),
 one Item per policy: the policy's name as a String, with parameters ``q``
-(quota) and ``w`` (window) for the policy, ``r`` (remaining) and ``t`` (reset)
-for the current service limit, all integers, times in whole seconds::
+(quota) and ``w`` (window) for the policy, ``r`` (available quota) and ``t``
+(effective window) for the current service limit, all integers, times in
+whole seconds::
 
     RateLimit-Policy: "burst";q=10;w=1, "hourly";q=1000;w=3600
     RateLimit: "burst";r=0;t=1, "hourly";r=990;t=3600
@@ -14,14 +15,18 @@ non-negative integers, whose serialization is their decimal digits, so they
 are formatted directly on the hot path. The tests hold every value to a
 whole ``http_sf`` serialization and parse it with an independent parser.
 
-``t`` is the seconds until the policy's quota is whole again; for a policy
-that rejected the request it is the seconds until a retry of the same cost
-could succeed, which is also what ``Retry-After`` says, so ``Retry-After``
-never points earlier than ``t``. Times are rounded *up*: a client that
-waits what it is told is never early.
+``t`` is the effective window: seconds within which the client should use no
+more than ``r``. headway gives the seconds until the policy's quota is whole
+again (spending ``r`` within them is never refused on that policy's account);
+for a policy that rejected the request, the seconds until a retry of the same
+cost could succeed, which is also what ``Retry-After`` says, so ``Retry-After``
+never points earlier than the end of that window. Times are rounded *up*: a
+client that waits what it is told is never early.
 
 The guard builds every response with ``response_fields`` (what an admitted
-request's response gains) and ``refusal_for`` (a whole 429 or 503, problem+json).
+request's response gains) and ``refusal_for`` (a whole 429 or 503, problem+json,
+whose body is ``refusal_problem``'s: the draft's ``quota-exceeded`` or
+``temporary-reduced-capacity``, with ``violated-policies``).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import http_sf
 
-from headway._http import PROBLEM_BASE, problem_response
+from headway._http import PROBLEM_BASE, PROBLEM_HEADERS, problem_json, problem_response
 from headway.ratelimit.decision import Decision, PolicyDecision
 from headway.ratelimit.policies import Policy
 from headway.ratelimit.slots import Admission
@@ -43,6 +48,8 @@ if TYPE_CHECKING:  # rules serialize their items with this module: no import cyc
 __all__ = [
     "CONCURRENCY_RETRY",
     "MAX_INTEGER",
+    "QUOTA_EXCEEDED",
+    "TEMPORARY_REDUCED_CAPACITY",
     "Refusal",
     "admission_item",
     "concurrency_item",
@@ -50,17 +57,24 @@ __all__ = [
     "limit_items",
     "policy_item",
     "refusal_for",
+    "refusal_problem",
+    "refusal_wait",
     "response_fields",
     "retry_after",
     "seconds",
     "sf_string",
+    "slot_lost",
 ]
 
 #: ``Retry-After`` (and ``t``) when every concurrency slot is in use, in seconds.
 CONCURRENCY_RETRY = 1
 
-#: The problem type of draft-ietf-httpapi-ratelimit-headers for a 429.
+#: The problem types of draft-ietf-httpapi-ratelimit-headers-11 (section 5) that headway
+#: answers: a refusal (429), and a rule that failed closed (503).
 QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+TEMPORARY_REDUCED_CAPACITY = (
+    "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+)
 
 Headers = list[tuple[bytes, bytes]]
 #: A response refusing a request: status, headers, problem+json body.
@@ -214,31 +228,58 @@ def refusal_for(
 ) -> Refusal:
     """Status, headers and problem+json body refusing a request that ``rule`` refused.
 
-    429 names the violated policies; 503 says the rule failed closed.
+    The body is ``refusal_problem``'s; the headers add ``Retry-After`` and the
+    rate-limit fields of every rule that ran.
     """
-    extensions: dict[str, Any] | None = None
-    if answer.failed:
-        wait = max(1, seconds(answer.retry_after))
-        status, type_uri, title = 503, PROBLEM_BASE + "ratelimit-unavailable", "Service Unavailable"
-        detail = (
-            f"The rate limit {rule.name!r} could not be checked; nothing was done. "
-            f"Retry in {wait} s."
-        )
-    else:
-        wait = retry_after(a for _, a in checked)
-        if isinstance(answer, Decision):
-            violated = [
-                name for name, part in zip(rule.names, answer.policies, strict=True)
-                if not part.allowed
-            ] or rule.names[:1]  # fmt: skip
-            what = "Too many requests"
-        else:
-            violated, what = [rule.slot_name], "Too many requests in flight"
-        status, type_uri, title = 429, QUOTA_EXCEEDED, "Quota Exceeded"
-        detail = f"{what} for policy {', '.join(map(repr, violated))}; retry in {wait} s."
-        extensions = {"violated-policies": violated}
+    wait = refusal_wait(answer, checked)
+    problem = refusal_problem(rule, answer, wait)
     fields = [(b"retry-after", str(wait).encode()), *response_fields(checked, legacy)]
-    return problem_response(status, type_uri, title, detail, headers=fields, extensions=extensions)
+    return problem["status"], [*PROBLEM_HEADERS, *fields], problem_json(problem)
+
+
+def refusal_wait(answer: RuleAnswer, checked: Sequence[tuple[BoundRule, RuleAnswer]]) -> int:
+    """``Retry-After`` of a refusal, in whole seconds (at least 1)."""
+    if answer.failed:
+        return max(1, seconds(answer.retry_after))
+    return retry_after(a for _, a in checked)
+
+
+def refusal_problem(rule: BoundRule, answer: RuleAnswer, wait: int) -> dict[str, Any]:
+    """The default problem (RFC 9457 members) refusing a request that ``rule`` refused.
+
+    A refusal is draft -11's ``quota-exceeded`` (429); a rule that failed closed is
+    its ``temporary-reduced-capacity`` (503): the limit could not be checked, so
+    the request was not served. Both name the policies in ``violated-policies``.
+    ``wait`` is the ``Retry-After`` the response carries (``refusal_wait``).
+    """
+    if answer.failed:
+        return {
+            "type": TEMPORARY_REDUCED_CAPACITY,
+            "title": "Temporary Reduced Capacity",
+            "status": 503,
+            "detail": (
+                f"The rate limit {rule.name!r} could not be checked; nothing was done. "
+                f"Retry in {wait} s."
+            ),
+            "violated-policies": list(rule.names)
+            if isinstance(answer, Decision)
+            else [rule.slot_name],
+        }
+    if isinstance(answer, Decision):
+        violated = [
+            name for name, part in zip(rule.names, answer.policies, strict=True)
+            if not part.allowed
+        ] or rule.names[:1]  # fmt: skip
+        what = "Too many requests"
+    else:
+        violated, what = [rule.slot_name], "Too many requests in flight"
+    return {
+        "type": QUOTA_EXCEEDED,
+        "title": "Quota Exceeded",
+        "status": 429,
+        "detail": f"{what} for policy {', '.join(map(repr, violated))}; retry in {wait} s.",
+        "violated-policies": violated,
+    }
 
 
 def slot_lost() -> Refusal:

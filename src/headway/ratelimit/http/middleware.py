@@ -33,10 +33,10 @@ class RateLimitMiddleware:
     A request that a rule refuses gets 429 (``application/problem+json`` of
     type ``quota-exceeded`` naming the violated policies, ``Retry-After``,
     ``Cache-Control: no-store``); one whose rule fails closed while the
-    backend is down gets 503 with ``Retry-After``. Every response of a limited
-    request carries ``RateLimit-Policy`` and ``RateLimit``
-    (draft-ietf-httpapi-ratelimit-headers-10), plus ``X-RateLimit-*`` with
-    ``legacy_headers``.
+    backend is down gets 503 with ``Retry-After`` (type
+    ``temporary-reduced-capacity``). Every response of a limited request carries
+    ``RateLimit-Policy`` and ``RateLimit`` (draft-ietf-httpapi-ratelimit-headers-11),
+    plus ``X-RateLimit-*`` with ``legacy_headers``.
 
     Rules decide on the route template, found in the app's router (Starlette,
     FastAPI; see ``route``). ``identity`` is the rules' default identity: the
