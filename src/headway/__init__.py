@@ -35,10 +35,12 @@ from headway.ratelimit.backends.redis import RedisRateLimitBackend, SyncRedisRat
 from headway.ratelimit.concurrency import ConcurrencyLimiter, SyncConcurrencyLimiter
 from headway.ratelimit.decision import Decision, PolicyDecision, Source
 from headway.ratelimit.http.decorator import RateLimitDecorator, rate_limit
+from headway.ratelimit.http.dependency import RateLimitDependency, RateLimitRefused
 from headway.ratelimit.http.guard import DecisionHook, RateLimitEvent
 from headway.ratelimit.http.identity import ApiKey, AuthenticatedUser, ClientAddress, Identity
 from headway.ratelimit.http.middleware import RateLimitMiddleware
-from headway.ratelimit.http.rules import LimiterSettings, Rule
+from headway.ratelimit.http.refusals import RefusalContext, RefusalHook
+from headway.ratelimit.http.rules import LimiterSettings, PolicyFunction, Rule
 from headway.ratelimit.limiter import RateLimiter, SyncRateLimiter
 from headway.ratelimit.policies import (
     Concurrency,
@@ -87,16 +89,21 @@ __all__ = [
     "MonotonicClock",
     "Policy",
     "PolicyDecision",
+    "PolicyFunction",
     "PostgresLockBackend",
     "RateLimitBackend",
     "RateLimitDecorator",
+    "RateLimitDependency",
     "RateLimitEvent",
     "RateLimitMiddleware",
+    "RateLimitRefused",
     "RateLimiter",
     "RecordStore",
     "RedisLockBackend",
     "RedisRateLimitBackend",
     "RedlockBackend",
+    "RefusalContext",
+    "RefusalHook",
     "Rule",
     "SlidingCounter",
     "SlidingLog",
