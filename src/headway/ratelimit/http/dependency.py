@@ -18,7 +18,6 @@ exits (FastAPI closes it once the response is done).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Literal
@@ -100,8 +99,8 @@ class RateLimitDependency:
     Options mean what they mean on ``rate_limit`` and ``Rule``; ``policies``
     may be a function of the request (tiers). The quota is one per route
     template (``per="route"``, as fastapi-limiter and slowapi do) unless
-    ``per`` says otherwise; an unnamed dependency keys on its policies, so
-    two unnamed ones with different policies never share a quota. Pass
+    ``per`` says otherwise; keys carry each policy's parameters, so two
+    dependencies with different policies never share a quota. Pass
     ``responses=limit.responses`` to the route (or router) to document the
     refusals in OpenAPI.
     """
@@ -142,10 +141,6 @@ class RateLimitDependency:
             limiter=limiter,
             on_refusal=on_refusal,
         )
-        if name is None:
-            # Stable across processes (app servers share the quota), unlike id(self).
-            digest = hashlib.blake2b(repr(rule.policies).encode(), digest_size=4).hexdigest()
-            self.guard.rules[0].prefix = f"{rule.name}~{digest}"
 
     @property
     def responses(self) -> dict[int | str, dict[str, Any]]:

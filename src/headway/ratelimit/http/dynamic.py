@@ -10,9 +10,10 @@ and its serialized header items, keyed by the answer's value (policies are
 frozen values), least recently used first out past ``CACHED_ANSWERS``. An
 upgrade therefore applies on the next request, with no TTL to wait out.
 
-Each policy set has its own quota: its keys carry a digest of the named
-policies, the same in every process, so a user moving from ``free`` to
-``pro`` starts with a whole ``pro`` quota and two algorithms never share a key.
+Each policy has its own quota per identity: the engine's keys carry each
+policy's parameters, so a user moving from ``free`` to ``pro`` starts with a
+whole ``pro`` quota (and finds the ``free`` count where it was on moving
+back), and two algorithms never share a key.
 The RateLimit headers name the policies that applied (the mapping's names;
 else the rule's name, as for a static rule).
 
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import hashlib
 import inspect
 import logging
 from collections.abc import Hashable, Mapping, Sequence
@@ -120,10 +120,8 @@ class DynamicPolicies:
                 f"the policies function of rule {parent.name!r} returned {answer!r}, "
                 f"not policies (a policy, a list, or a mapping of names to policies): {problem}"
             )
-        named = repr(tuple(rule.named_policies().items()))
-        digest = hashlib.blake2b(named.encode(), digest_size=6).hexdigest()
-        # The parent's prefix is read now: the decorator may have made it unique.
-        bound.prefix = f"{parent.prefix}.{digest}"
+        # Read now, not at construction: the decorator may have made it unique.
+        bound.prefix = parent.prefix
         return bound
 
     def _fallback(self) -> Decision:
