@@ -25,6 +25,7 @@ from headway import (
     rate_limit,
 )
 from tests.ratelimit.apps import client, starlette_app
+from tests.ratelimit.http.test_middleware import websocket_attempt
 
 pytestmark = pytest.mark.anyio
 
@@ -186,3 +187,18 @@ async def test_a_request_object_is_not_needed_by_the_hook() -> None:
 
     response = await refused(decorator_app(hook))
     assert response.json()["instance"] == "/users/1"
+
+
+async def test_a_refused_websocket_handshake_gets_the_hooks_response() -> None:
+    def hook(context: RefusalContext) -> Response:
+        return JSONResponse({"error": "busy"}, status_code=429, headers=dict(context.headers))
+
+    calls: collections.Counter[str] = collections.Counter()
+    app = starlette_app(calls, rules=[Rule(ONE)], websocket=True, on_refusal=hook)
+    await websocket_attempt(app)
+    start, body = await websocket_attempt(app)
+    assert start["type"] == "websocket.http.response.start"
+    assert start["status"] == 429
+    assert any(k == b"retry-after" for k, _ in start["headers"])
+    assert body["body"] == b'{"error":"busy"}'
+    assert calls["ws"] == 1

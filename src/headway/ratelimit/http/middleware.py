@@ -238,8 +238,9 @@ async def _refuse(refusal: Refusal | Response, scope: Scope, receive: Receive, s
         if scope["type"] == "http":
             await refusal(scope, receive, send)
             return
-        # A WebSocket handshake is denied with the default refusal's status and headers.
-        refusal = (refusal.status_code, list(refusal.raw_headers), bytes(refusal.body))
+        # A handshake is denied with a whole body: a streamed one is not sent.
+        body = getattr(refusal, "body", b"")
+        refusal = (refusal.status_code, list(refusal.raw_headers), bytes(body))
     if scope["type"] == "http":
         await send_response(send, *refusal)
         return
