@@ -141,6 +141,7 @@ def test_the_refusals_are_in_the_route_openapi_responses() -> None:
     assert set(RateLimitDependency(TWO).responses) == {429}
     deny = FixedWindow(limit=2, window=60.0, on_error="deny")
     assert set(RateLimitDependency(deny).responses) == {429, 503}
+    assert set(RateLimitDependency(deny, fail="open").responses) == {429}
 
 
 async def test_unnamed_dependencies_with_different_policies_do_not_share_a_quota() -> None:
