@@ -17,6 +17,7 @@ from headway import (
     FixedWindow,
     Policy,
     RateLimitDependency,
+    RateLimitEvent,
     RateLimitMiddleware,
     RateLimitRefused,
     Rule,
@@ -149,7 +150,7 @@ async def test_a_bad_answer_on_a_rule_failing_closed_is_a_503(
     app = middleware(lambda scope: "pro", fail="closed")
     with caplog.at_level(logging.ERROR, logger="headway.ratelimit"):
         async with client(app) as http:
-            response = await http.get("/hello")
+            response = await http.get("/hello", headers={"x-user": "ann"})
     assert response.status_code == 503
     assert response.headers["content-type"] == "application/problem+json"
     assert "not policies" in caplog.text
@@ -182,3 +183,31 @@ async def test_the_dependency_and_the_decorator_take_a_policies_function() -> No
             (await http.get("/decorated", headers={"x-user": "bob"})).status_code for _ in range(5)
         ]
     assert decorated == [200] * 4 + [429]
+
+
+async def test_a_bad_answer_is_reported_to_the_hook_and_shadow_mode_only_reports_it() -> None:
+    events: list[RateLimitEvent] = []
+    app = Starlette(routes=[Route("/hello", hello)])
+
+    def not_policies(scope: Scope) -> Any:
+        return "pro"
+
+    closed = Rule(not_policies, name="tiers", fail="closed", shadow=True)
+    limited = RateLimitMiddleware(
+        app, rules=[closed], identity=Directory().user, on_decision=events.append
+    )
+    assert await statuses(limited, "ann", 2) == [(200, None)] * 2
+    assert [(e.rule, e.identity, e.outcome, e.shadow, e.cost) for e in events] == [
+        ("tiers", "ann", "errored", True, 0)
+    ] * 2
+    assert events[0].decision.failed
+
+
+async def test_a_request_no_identity_applies_to_does_not_call_the_function() -> None:
+    directory = Directory()
+    app = middleware(directory.policies)
+    async with client(app) as http:
+        response = await http.get("/hello")  # no x-user: the rule does not apply
+    assert response.status_code == 200
+    assert "ratelimit" not in response.headers
+    assert directory.calls == 0

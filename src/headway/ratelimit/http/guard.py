@@ -205,18 +205,21 @@ class Guard:
         for rule in self.rules:
             if not rule.applies(method, route, path):
                 continue
-            if rule.dynamic is not None:
-                resolved = await rule.dynamic.resolve(scope)
-                if isinstance(resolved, Decision):  # not policies: the rule's failure mode
-                    self.counts[rule.name, "errored"] += 1
-                    if resolved.allowed:
-                        continue
-                    return await self._refuse(rule, resolved, checked, scope, slots)
-                rule = resolved
             known = rule.sync_identity
             identity = known(scope) if known is not None else await rule.identify(scope)
             if identity is None:
                 continue
+            if rule.dynamic is not None:
+                resolved = await rule.dynamic.resolve(scope)
+                if isinstance(resolved, Decision):  # not policies: the rule's failure mode
+                    event = RateLimitEvent(
+                        rule.name, identity, route, method, 0, resolved, "errored",
+                        (self.shadow or rule.shadow) and not resolved.allowed,
+                    )  # fmt: skip
+                    if await self._unresolved(event):
+                        return await self._refuse(rule, resolved, checked, scope, slots)
+                    continue
+                rule = resolved
             cost = rule.fixed_cost
             if cost is None:
                 cost = await rule.cost(scope)
@@ -252,6 +255,18 @@ class Guard:
         if not checked:
             return NO_RULE_APPLIED
         return _ruling(Ruling, (response_fields(checked, self.legacy), None, slots))
+
+    async def _unresolved(self, event: RateLimitEvent) -> bool:
+        """Count and report a dynamic rule without policies; whether to refuse the request.
+
+        The event's cost is 0: nothing was charged.
+        """
+        self.counts[event.rule, "errored"] += 1
+        if self.on_decision is not None:
+            await self._report(event)
+        if event.shadow:
+            log.info("shadow: rule %r would refuse %s (no policies)", event.rule, event.method)
+        return not event.decision.allowed and not event.shadow
 
     async def _refuse(
         self,
