@@ -3,9 +3,9 @@
 ``Rule(policies=tier_of)``, where ``tier_of(scope)`` (sync or async) returns
 what ``Rule.policies`` takes, e.g. ``{"pro": TokenBucket(...)}`` for a pro
 user. The function runs on every request the rule applies to once an
-identity is found (it reads the
-request, usually the authenticated user already on the scope; one that does
-I/O caches it itself, since only it knows when a tier changes). What headway
+identity is found (it reads the request, usually the authenticated user
+already on the scope; one that does I/O caches it itself, since only it
+knows when a tier changes). What headway
 caches is everything built from an answer: the validated rule, its limiter
 and its serialized header items, keyed by the answer's value (policies are
 frozen values), least recently used first out past ``CACHED_ANSWERS``. An
