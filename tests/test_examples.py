@@ -98,3 +98,68 @@ async def test_payments_answers_422_to_a_body_without_a_positive_amount(
     assert response.status_code == 422
     assert response.headers["content-type"] == "application/problem+json"
     assert response.json()["status"] == 422
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def reports(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The FastAPI example, its limits in memory or on the test Redis (flushed)."""
+    url = "" if request.param == "memory" else request.getfixturevalue("redis_url")
+    monkeypatch.setenv("HEADWAY_REDIS_URL", url)
+    example = runpy.run_path(str(EXAMPLES / "fastapi_app.py"))
+    if example["REDIS"] is not None:
+        await example["REDIS"].flushdb()
+    transport = httpx.ASGITransport(app=example["app"], client=("192.0.2.7", 40000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        yield client
+    if example["REDIS"] is not None:
+        await example["REDIS"].aclose()
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"}
+
+
+@pytest.mark.anyio
+async def test_fastapi_example_limits_each_tier_and_names_it(reports: httpx.AsyncClient) -> None:
+    free = [await reports.get("/reports/1", headers=bearer("free-token")) for _ in range(6)]
+    assert [r.status_code for r in free] == [200] * 5 + [429]
+    assert free[0].headers["ratelimit-policy"] == '"free";q=5;w=60'
+    refusal = free[-1]
+    assert refusal.headers["content-type"] == "application/problem+json"
+    assert refusal.json()["upgrade"] == "https://example.com/pricing"
+    assert refusal.json()["violated-policies"] == ["free"]
+    pro = [await reports.get("/reports/1", headers=bearer("pro-token")) for _ in range(6)]
+    assert [r.status_code for r in pro] == [200] * 6
+    assert pro[0].headers["ratelimit-policy"] == '"pro";q=100;w=60'
+    big = await reports.get("/reports/1", headers=bearer("enterprise-token"))
+    assert big.headers["ratelimit"].startswith('"enterprise-burst";r=49;')
+    # Anonymous callers: the free tier, by address (already used by nobody else here).
+    anonymous = [await reports.get("/reports/2") for _ in range(6)]
+    assert [r.status_code for r in anonymous] == [200] * 5 + [429]
+    assert "ratelimit" not in (await reports.get("/health")).headers
+
+
+@pytest.mark.anyio
+async def test_fastapi_example_exports_have_a_quota_of_their_own(
+    reports: httpx.AsyncClient,
+) -> None:
+    body = {"report_id": 1, "format": "json"}
+    sent = [
+        await reports.post("/exports", json=body, headers=bearer("pro-token")) for _ in range(3)
+    ]
+    assert [r.status_code for r in sent] == [202, 202, 429]
+    assert sent[-1].json()["violated-policies"] == ["exports"]
+    assert "upgrade" not in sent[-1].json()  # a pro user is not told to upgrade
+    invalid = await reports.post("/exports", json={"report_id": "x"}, headers=bearer("free-token"))
+    assert invalid.status_code == 422
+
+
+@pytest.mark.anyio
+async def test_fastapi_example_documents_its_refusals(reports: httpx.AsyncClient) -> None:
+    paths = (await reports.get("/openapi.json")).json()["paths"]
+    for path, method in [("/reports/{report_id}", "get"), ("/exports", "post")]:
+        responses = paths[path][method]["responses"]
+        assert "application/problem+json" in responses["429"]["content"]
+        assert "503" in responses  # a policies function may fail closed

@@ -46,10 +46,12 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.ratelimit.concurrency import ConcurrencyLimiter, SyncConcurrencyLimiter
     from headway.ratelimit.decision import Decision, PolicyDecision, Source
     from headway.ratelimit.http.decorator import RateLimitDecorator, rate_limit
+    from headway.ratelimit.http.dependency import RateLimitDependency, RateLimitRefused
     from headway.ratelimit.http.guard import DecisionHook, RateLimitEvent
     from headway.ratelimit.http.identity import ApiKey, AuthenticatedUser, ClientAddress, Identity
     from headway.ratelimit.http.middleware import RateLimitMiddleware
-    from headway.ratelimit.http.rules import LimiterSettings, Rule
+    from headway.ratelimit.http.refusals import RefusalContext, RefusalHook
+    from headway.ratelimit.http.rules import LimiterSettings, PolicyFunction, Rule
     from headway.ratelimit.limiter import RateLimiter, SyncRateLimiter
     from headway.ratelimit.policies import (
         Concurrency,
@@ -101,7 +103,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway.ratelimit.http.guard": ("DecisionHook", "RateLimitEvent"),
     "headway.ratelimit.http.identity": ("ApiKey", "AuthenticatedUser", "ClientAddress", "Identity"),
     "headway.ratelimit.http.middleware": ("RateLimitMiddleware",),
-    "headway.ratelimit.http.rules": ("LimiterSettings", "Rule"),
+    "headway.ratelimit.http.rules": ("LimiterSettings", "PolicyFunction", "Rule"),
     "headway.ratelimit.limiter": ("RateLimiter", "SyncRateLimiter"),
     "headway.ratelimit.policies": (
         "Concurrency",
@@ -113,6 +115,14 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "TokenBucket",
     ),
     "headway.ratelimit.slots": ("Admission",),
+    "headway.ratelimit.http.dependency": (
+        "RateLimitDependency",
+        "RateLimitRefused",
+    ),
+    "headway.ratelimit.http.refusals": (
+        "RefusalContext",
+        "RefusalHook",
+    ),
 }
 _SOURCE = {name: module for module, names in _MODULES.items() for name in names}
 
@@ -150,16 +160,21 @@ __all__ = [
     "MonotonicClock",
     "Policy",
     "PolicyDecision",
+    "PolicyFunction",
     "PostgresLockBackend",
     "RateLimitBackend",
     "RateLimitDecorator",
+    "RateLimitDependency",
     "RateLimitEvent",
     "RateLimitMiddleware",
+    "RateLimitRefused",
     "RateLimiter",
     "RecordStore",
     "RedisLockBackend",
     "RedisRateLimitBackend",
     "RedlockBackend",
+    "RefusalContext",
+    "RefusalHook",
     "Rule",
     "SlidingCounter",
     "SlidingLog",

@@ -36,8 +36,17 @@ from headway.ratelimit.backends.contract import RateLimitBackend
 from headway.ratelimit.http.guard import DecisionHook, Guard, Ruling
 from headway.ratelimit.http.headers import Refusal, slot_lost
 from headway.ratelimit.http.identity import Identity
+from headway.ratelimit.http.refusals import RefusalHook
 from headway.ratelimit.http.routes import routed_template
-from headway.ratelimit.http.rules import CostFunction, Limit, LimiterSettings, Per, Rule
+from headway.ratelimit.http.rules import (
+    CostFunction,
+    Limit,
+    LimiterSettings,
+    Per,
+    PolicyFunction,
+    Rule,
+    given_policies,
+)
 
 __all__ = ["RateLimitDecorator", "rate_limit"]
 
@@ -101,7 +110,9 @@ def _connection(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[HTTPConn
     return request, response
 
 
-def _refusal_response(refusal: Refusal) -> Response:
+def _refusal_response(refusal: Refusal | Response) -> Response:
+    if isinstance(refusal, Response):  # the on_refusal hook's own
+        return refusal
     status, headers, body = refusal
     response = Response(body, status_code=status)
     response.raw_headers.extend(headers)
@@ -194,7 +205,7 @@ class RateLimitDecorator:
 
 
 def rate_limit(
-    *policies: Limit,
+    *policies: Limit | PolicyFunction,
     named: Mapping[str, Limit] | None = None,
     name: str | None = None,
     identity: Identity | Sequence[Identity] | None = None,
@@ -206,6 +217,7 @@ def rate_limit(
     on_decision: DecisionHook | None = None,
     legacy_headers: bool = False,
     limiter: LimiterSettings | None = None,
+    on_refusal: RefusalHook | None = None,
 ) -> RateLimitDecorator:
     """Rate-limit one endpoint with ``policies`` (or ``named`` policies), like a middleware rule.
 
@@ -213,13 +225,13 @@ def rate_limit(
     quota is the endpoint's own: ``name`` (default: the function's name) names
     it in the headers; give two endpoints the same ``name`` and ``backend`` to
     share one quota. A refusal is returned as the response (429 or 503,
-    problem+json); otherwise the handler runs and its response carries the
-    RateLimit header fields.
+    problem+json, or what ``on_refusal`` makes of it: see ``RefusalContext``);
+    otherwise the handler runs and its response carries the RateLimit header fields.
+    ``policies`` may be one function of the request returning the policies
+    (tiers, see ``Rule.policies``).
     """
-    if named is not None and policies:
-        raise TypeError("give policies or named policies, not both")
     rule = Rule(
-        named if named is not None else policies,
+        given_policies(policies, named),
         identity=identity,
         cost=cost,
         name=name or "endpoint",
@@ -235,5 +247,6 @@ def rate_limit(
         on_decision=on_decision,
         legacy_headers=legacy_headers,
         limiter=limiter,
+        on_refusal=on_refusal,
     )
     return RateLimitDecorator(rule, name is not None, make_guard)

@@ -8,7 +8,9 @@ keep their charge, as with any limiter chain). It reports every decision to
 the hook, counts it, logs outages once, and returns a ``Ruling`` built with
 the ``headers`` module: the header fields to add, or the whole refusal (429
 with problem+json, or 503 when a rule fails closed), and the concurrency
-slots the request holds.
+slots the request holds. An ``on_refusal`` hook may reshape the refusal
+(``refusals``); a rule whose policies are a function of the request resolves
+them first (``dynamic``).
 """
 
 from __future__ import annotations
@@ -21,14 +23,19 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
+from starlette.responses import Response
+
 from headway._clock import Clock, MonotonicClock
 from headway._errors import ConcurrencyLimitExceeded
 from headway._http import Scope
 from headway.ratelimit.backends.contract import RateLimitBackend
 from headway.ratelimit.backends.memory import MemoryRateLimitBackend
 from headway.ratelimit.concurrency import ConcurrencyLimiter
+from headway.ratelimit.decision import Decision
+from headway.ratelimit.http.dynamic import DynamicPolicies
 from headway.ratelimit.http.headers import Refusal, refusal_for, response_fields
 from headway.ratelimit.http.identity import ClientAddress, Identity
+from headway.ratelimit.http.refusals import RefusalHook, Refuser
 from headway.ratelimit.http.routes import RouteFunction
 from headway.ratelimit.http.rules import (
     BoundRule,
@@ -78,13 +85,14 @@ class Ruling(NamedTuple):
 
     ``headers``: the RateLimit fields to add to the app's response (empty when
     no rule applied). ``refusal``: status, headers and body of the response
-    refusing the request, or None. ``slots``: the concurrency slots the
-    request holds, or None; ``aclose()`` gives them all back (at most once):
-    call it when the response ends, the client leaves, or the app returns or raises.
+    refusing the request (or the ``on_refusal`` hook's ``Response``), or None.
+    ``slots``: the concurrency slots the request holds, or None; ``aclose()`` gives
+    them all back (at most once): call it when the response ends, the client leaves,
+    or the app returns or raises.
     """
 
     headers: Sequence[tuple[bytes, bytes]]
-    refusal: Refusal | None
+    refusal: Refusal | Response | None
     slots: contextlib.AsyncExitStack | None
 
 
@@ -153,6 +161,7 @@ class Guard:
         on_decision: DecisionHook | None = None,
         legacy_headers: bool = False,
         limiter: LimiterSettings | None = None,
+        on_refusal: RefusalHook | None = None,
     ) -> None:
         if isinstance(rules, Rule):
             raise TypeError("rules takes a list of Rule, not one Rule")
@@ -163,6 +172,10 @@ class Guard:
         settings = limiter or LimiterSettings()
         default_identity = identity if identity is not None else ClientAddress()
         self.rules = [BoundRule(rule, backend, default_identity, settings) for rule in rules]
+        for bound in self.rules:
+            if bound.rule.dynamic:
+                bound.dynamic = DynamicPolicies(bound, backend, default_identity, settings)
+        self.refuser = Refuser(on_refusal) if on_refusal is not None else None
         header_names = [n for r in self.rules for n in r.names]
         if len(set(header_names)) != len(header_names):
             raise ValueError(f"policy names must be unique across rules: {header_names!r}")
@@ -196,6 +209,17 @@ class Guard:
             identity = known(scope) if known is not None else await rule.identify(scope)
             if identity is None:
                 continue
+            if rule.dynamic is not None:
+                resolved = await rule.dynamic.resolve(scope)
+                if isinstance(resolved, Decision):  # not policies: the rule's failure mode
+                    event = RateLimitEvent(
+                        rule.name, identity, route, method, 0, resolved, "errored",
+                        (self.shadow or rule.shadow) and not resolved.allowed,
+                    )  # fmt: skip
+                    if await self._unresolved(event):
+                        return await self._refuse(rule, resolved, checked, scope, slots)
+                    continue
+                rule = resolved
             cost = rule.fixed_cost
             if cost is None:
                 cost = await rule.cost(scope)
@@ -225,12 +249,37 @@ class Guard:
                     refused = answer
             if refused is not None:
                 if not shadow:
-                    return Ruling((), refusal_for(rule, refused, checked, self.legacy), slots)
+                    return await self._refuse(rule, refused, checked, scope, slots)
                 log.info("shadow: rule %r would refuse %s %s for %s", rule.name, method,
                          path, identity)  # fmt: skip
         if not checked:
             return NO_RULE_APPLIED
         return _ruling(Ruling, (response_fields(checked, self.legacy), None, slots))
+
+    async def _unresolved(self, event: RateLimitEvent) -> bool:
+        """Count and report a dynamic rule without policies; whether to refuse the request.
+
+        The event's cost is 0: nothing was charged.
+        """
+        self.counts[event.rule, "errored"] += 1
+        if self.on_decision is not None:
+            await self._report(event)
+        if event.shadow:
+            log.info("shadow: rule %r would refuse %s (no policies)", event.rule, event.method)
+        return not event.decision.allowed and not event.shadow
+
+    async def _refuse(
+        self,
+        rule: BoundRule,
+        answer: RuleAnswer,
+        checked: Sequence[tuple[BoundRule, RuleAnswer]],
+        scope: Scope,
+        slots: contextlib.AsyncExitStack | None,
+    ) -> Ruling:
+        refusal = refusal_for(rule, answer, checked, self.legacy)
+        if self.refuser is None:
+            return Ruling((), refusal, slots)
+        return Ruling((), await self.refuser(rule, answer, refusal, scope), slots)
 
     def _note(self, rule: BoundRule, answer: RuleAnswer) -> DecisionOutcome:
         outcome: DecisionOutcome

@@ -12,12 +12,15 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Sequence
 
+from starlette.responses import Response
+
 from headway._errors import LockLost
 from headway._http import ASGIApp, Message, Receive, Scope, Send, send_response
 from headway.ratelimit.backends.contract import RateLimitBackend
 from headway.ratelimit.http.guard import DecisionHook, DecisionOutcome, Guard
 from headway.ratelimit.http.headers import Refusal, slot_lost
 from headway.ratelimit.http.identity import Identity
+from headway.ratelimit.http.refusals import RefusalHook
 from headway.ratelimit.http.routes import RouteCache, RouteFunction
 from headway.ratelimit.http.rules import LimiterSettings, Pattern, Rule
 
@@ -49,6 +52,10 @@ class RateLimitMiddleware:
     retry on error, blocked-key cache, clock: see ``LimiterSettings``); with
     no ``backend``, limits live in this process's memory.
 
+    ``on_refusal`` shapes the 429/503 (``RefusalContext``: return a Starlette
+    ``Response``, members for the problem body, or None; a hook that raises
+    is logged and the default refusal is sent).
+
     ``route`` overrides how the template is found: a function of the scope
     returning the template (or None when unknown: rules then match the raw
     path).
@@ -68,6 +75,7 @@ class RateLimitMiddleware:
         websocket: bool = False,
         route: RouteFunction | None = None,
         limiter: LimiterSettings | None = None,
+        on_refusal: RefusalHook | None = None,
     ) -> None:
         self.app = app
         self.websocket = websocket
@@ -81,6 +89,7 @@ class RateLimitMiddleware:
             on_decision=on_decision,
             legacy_headers=legacy_headers,
             limiter=limiter,
+            on_refusal=on_refusal,
         )
 
     @property
@@ -223,8 +232,15 @@ class _DisconnectWatch:
             self.pump.exception()  # retrieved: the app has already seen it, if it asked
 
 
-async def _refuse(refusal: Refusal, scope: Scope, receive: Receive, send: Send) -> None:
+async def _refuse(refusal: Refusal | Response, scope: Scope, receive: Receive, send: Send) -> None:
     """Send the refusal (to a WebSocket handshake: as a denial response, if the server can)."""
+    if isinstance(refusal, Response):  # the on_refusal hook's own (an ASGI app)
+        if scope["type"] == "http":
+            await refusal(scope, receive, send)
+            return
+        # A handshake is denied with a whole body: a streamed one is not sent.
+        body = getattr(refusal, "body", b"")
+        refusal = (refusal.status_code, list(refusal.raw_headers), bytes(body))
     if scope["type"] == "http":
         await send_response(send, *refusal)
         return

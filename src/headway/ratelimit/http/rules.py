@@ -14,7 +14,7 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 from headway._clock import Clock
 from headway._http import Scope
@@ -28,14 +28,19 @@ from headway.ratelimit.limiter import RateLimiter
 from headway.ratelimit.policies import Concurrency, OnError, Policy
 from headway.ratelimit.slots import Admission
 
+if TYPE_CHECKING:  # the guard binds them; they build BoundRules: no import cycle at run time
+    from headway.ratelimit.http.dynamic import DynamicPolicies
+
 __all__ = [
     "BoundRule",
     "CostFunction",
     "Limit",
     "LimiterSettings",
     "Pattern",
+    "PolicyFunction",
     "Rule",
     "RuleAnswer",
+    "given_policies",
     "matches_any",
     "validated_patterns",
 ]
@@ -47,6 +52,10 @@ Per = Literal["rule", "route", "path"]
 Limit = Policy | Concurrency
 #: What a rule answers for a request: a rate ``Decision``, or an in-flight limit's ``Admission``.
 RuleAnswer = Decision | Admission
+#: What a rule's ``policies`` function returns: what ``Rule.policies`` takes.
+Limits = Limit | Sequence[Limit] | Mapping[str, Limit]
+#: Policies chosen per request (tiers): a function of the scope, sync or async.
+PolicyFunction = Callable[[Scope], "Limits | Awaitable[Limits]"]
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
@@ -59,6 +68,21 @@ def validated_patterns(field: str, patterns: Sequence[Pattern]) -> tuple[Pattern
         if not isinstance(pattern, str | re.Pattern):
             raise TypeError(f"Rule.{field}: not a template or a pattern: {pattern!r}")
     return tuple(patterns)
+
+
+def given_policies(
+    policies: Sequence[Limit | PolicyFunction], named: Mapping[str, Limit] | None
+) -> Limits | PolicyFunction:
+    """A rule's ``policies``, from positional or ``named`` ones (decorator, dependency)."""
+    if named is not None:
+        if policies:
+            raise TypeError("give policies or named policies, not both")
+        return named
+    if len(policies) == 1 and callable(policies[0]):
+        return policies[0]
+    if any(callable(p) for p in policies):
+        raise TypeError("a policies function comes alone, without other policies")
+    return cast(Sequence[Limit], policies)
 
 
 def matches_any(patterns: Sequence[Pattern], subject: str) -> bool:
@@ -84,6 +108,8 @@ class Rule:
       ``name``, or ``name-1``, ``name-2``... for several). One of them may be
       a ``Concurrency`` limit: the request then holds a slot while it runs,
       released when its response ends, its client leaves or the app raises.
+      Or a function of the scope (sync or async) returning any of these per
+      request (tiers: see ``headway.ratelimit.http.dynamic``).
     - ``routes``: route templates (``"/users/{id}"``), glob patterns on
       templates (``"/admin/*"``) or compiled regexes searched in the raw path;
       empty means every request. Templates come from the app's router, so
@@ -99,7 +125,7 @@ class Rule:
     - ``shadow``: decide, log, report and set headers, but never reject.
     """
 
-    policies: Limit | Sequence[Limit] | Mapping[str, Limit]
+    policies: Limits | PolicyFunction
     routes: Sequence[Pattern] = ()
     methods: Collection[str] = ()
     exempt: Sequence[Pattern] = ()
@@ -123,15 +149,24 @@ class Rule:
             raise ValueError(f"Rule.fail must be 'open', 'closed' or None, got {self.fail!r}")
         if isinstance(self.cost, bool) or not (isinstance(self.cost, int) or callable(self.cost)):
             raise TypeError(f"Rule.cost must be an int or a function, got {self.cost!r}")
+        if self.dynamic:
+            return  # checked on each answer of the function
         rates, slots = _split(self.named_policies())
         if len(slots) > 1:
             raise ValueError("a rule holds at most one Concurrency limit")
         if rates or not slots:
             check_policies(list(rates.values()))
 
+    @property
+    def dynamic(self) -> bool:
+        """Whether ``policies`` is a function of the request."""
+        return callable(self.policies)
+
     def named_policies(self) -> dict[str, Limit]:
-        """The rule's policies by the name the headers give them."""
+        """The rule's policies by the name the headers give them (none when dynamic)."""
         policies = self.policies
+        if callable(policies):
+            return {}
         if isinstance(policies, Mapping):
             return dict(policies)
         if not isinstance(policies, Sequence):
@@ -243,6 +278,8 @@ class BoundRule:
         self.shadow = rule.shadow
         #: Whether deciding reads the route template (patterns, or a quota per route).
         self.reads_route = bool(rule.routes or rule.exempt or rule.per == "route")
+        #: Resolves a dynamic rule's policies per request (set by the guard), else None.
+        self.dynamic: DynamicPolicies | None = None
 
     def applies(self, method: str, route: str | None, path: str) -> bool:
         """Whether the rule guards this request (``route`` is the template, if known)."""
