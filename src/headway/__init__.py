@@ -1,6 +1,7 @@
 """headway: idempotency keys, rate limits and distributed locks for ASGI apps."""
 
 from importlib.metadata import version as _version
+from typing import TYPE_CHECKING, Any
 
 from headway._clock import FakeClock, MonotonicClock
 from headway._errors import (
@@ -21,6 +22,7 @@ from headway.lock.backends.redis.backend import RedisLockBackend
 from headway.lock.backends.redis.sync_backend import SyncRedisLockBackend
 from headway.lock.backends.redlock import RedlockBackend
 from headway.lock.contract import LockBackend, SyncLockBackend
+from headway.lock.events import LockEvent, LockEventKind, LockHook
 from headway.lock.fencing import fenced_update, fenced_update_statement, fenced_update_sync
 from headway.lock.lease import Lease
 from headway.lock.lock import Lock, SyncLock
@@ -51,7 +53,30 @@ from headway.ratelimit.policies import (
 )
 from headway.ratelimit.slots import Admission
 
+if TYPE_CHECKING:
+    from headway.metrics.otel import OpenTelemetryMetrics
+    from headway.metrics.prometheus import PrometheusMetrics
+
 __version__ = _version("headway")
+
+# The metrics exporters import prometheus_client / opentelemetry (optional extras):
+# loaded on first use, so ``import headway`` never needs them.
+_LAZY = {
+    "OpenTelemetryMetrics": "headway.metrics.otel",
+    "PrometheusMetrics": "headway.metrics.prometheus",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'headway' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Admission",
@@ -79,15 +104,20 @@ __all__ = [
     "Lock",
     "LockBackend",
     "LockError",
+    "LockEvent",
+    "LockEventKind",
+    "LockHook",
     "LockLost",
     "LockNotAcquired",
     "LockNotOwned",
     "MemoryLockBackend",
     "MemoryRateLimitBackend",
     "MonotonicClock",
+    "OpenTelemetryMetrics",
     "Policy",
     "PolicyDecision",
     "PostgresLockBackend",
+    "PrometheusMetrics",
     "RateLimitBackend",
     "RateLimitDecorator",
     "RateLimitEvent",
