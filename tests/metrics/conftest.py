@@ -17,7 +17,10 @@ from headway import OpenTelemetryMetrics, PrometheusMetrics
 class Exported(Protocol):
     """The hooks of one exporter and what its library has recorded."""
 
-    metrics: PrometheusMetrics | OpenTelemetryMetrics
+    @property
+    def metrics(self) -> PrometheusMetrics | OpenTelemetryMetrics:
+        """The exporter under test."""
+        ...
 
     def count(self, name: str, **labels: str) -> float:
         """A counter's value, or a histogram's number of observations (0 if none)."""
@@ -76,17 +79,17 @@ class FromOpenTelemetry:
 
     def count(self, name: str, **labels: str) -> float:
         points = self._points(name, labels)
-        return sum(getattr(p, "count", None) or getattr(p, "value", 0) for p in points)
+        # A histogram's point has a count, a counter's a value.
+        return float(sum(p.count if hasattr(p, "count") else p.value for p in points))
 
     def total(self, name: str, **labels: str) -> float:
-        return sum(p.sum for p in self._points(name, labels))
+        return float(sum(p.sum for p in self._points(name, labels)))
 
     def label_names(self) -> set[str]:
         data = self.reader.get_metrics_data()
         return {
             key
-            for resource in data.resource_metrics
-            if data
+            for resource in (data.resource_metrics if data else [])
             for scope in resource.scope_metrics
             for metric in scope.metrics
             for point in metric.data.data_points
