@@ -73,17 +73,16 @@ class Lock:
         if self.on_event is None:  # the hot path: nothing timed
             return await pending
         started = self.clock()
-        kind: LockEventKind = "errored"
         try:
             lease = await pending
-            kind = "acquired"
         except LockNotAcquired:
-            kind = "not_acquired"
+            self._event("not_acquired", waited=self.clock() - started)
             raise
-        finally:
-            now = self.clock()
-            fence = lease.fence if kind == "acquired" else None
-            self._event(kind, waited=now - started, fence=fence)
+        except BackendUnavailable:  # a cancellation is not an outcome: not reported
+            self._event("errored", waited=self.clock() - started)
+            raise
+        now = self.clock()
+        self._event("acquired", waited=now - started, fence=lease.fence)
         if len(self._since) >= 4096:
             del self._since[next(iter(self._since))]
         self._since[lease.token] = now
@@ -93,14 +92,16 @@ class Lock:
         """Release ``lease`` (shielded from cancellation); ``LockNotOwned`` if it lapsed."""
         if self.on_event is None:
             return await self.backend.release(lease)
-        kind: LockEventKind = "errored"
+        kind: LockEventKind = "released"
         try:
             await self.backend.release(lease)
-            kind = "released"
         except LockNotOwned:
             kind = "lost"
             raise
-        finally:
+        except BackendUnavailable:
+            kind = "errored"
+            raise
+        finally:  # a cancelled release (shielded: it carries on) counts as released
             since = self._since.pop(lease.token, None)
             held = None if since is None else self.clock() - since
             self._event(kind, held=held, fence=lease.fence)
