@@ -1,4 +1,5 @@
-"""Throw-away redis-server processes (single nodes and a Cluster) for tests and benchmarks."""
+"""Throw-away redis-server processes (single nodes, a Cluster, a Sentinel group) for tests
+and benchmarks."""
 
 from __future__ import annotations
 
@@ -69,13 +70,22 @@ class RedisServers:
         self.workdir = workdir
         self.started: list[Server] = []
 
-    def start(self, *extra: str, port: int | None = None) -> Server:
-        """Start one server (no persistence) and wait until it answers PING."""
+    def start(self, *extra: str, port: int | None = None, config: str | None = None) -> Server:
+        """Start one server (no persistence) and wait until it answers PING.
+
+        ``config`` is written to a file the server is started with (Sentinel needs one
+        it can rewrite).
+        """
         port = port or free_port()
         folder = self.workdir / str(port)
         folder.mkdir(exist_ok=True)
+        conf: list[str] = []
+        if config is not None:
+            (folder / "redis.conf").write_text(config)
+            conf = [str(folder / "redis.conf")]
         argv = [
             self.binary,
+            *conf,
             "--bind", "127.0.0.1",
             "--port", str(port),
             "--save", "",
@@ -144,6 +154,90 @@ class RedisServers:
             finally:
                 client.close()
         return nodes
+
+    def sentinel_group(
+        self, replicas: int = 1, sentinels: int = 3, name: str = "headway"
+    ) -> SentinelGroup:
+        """A primary, ``replicas`` replicas and ``sentinels`` Sentinels watching them.
+
+        Returns once every Sentinel knows every replica, so a failover can start.
+        """
+        primary = self.start()
+        copies = [
+            self.start("--replicaof", "127.0.0.1", str(primary.port)) for _ in range(replicas)
+        ]
+        # Quorum: a majority. Short timeouts so a failover takes about a second.
+        config = (
+            f"sentinel monitor {name} 127.0.0.1 {primary.port} {sentinels // 2 + 1}\n"
+            f"sentinel down-after-milliseconds {name} 1000\n"
+            f"sentinel failover-timeout {name} 5000\n"
+            f"sentinel parallel-syncs {name} 1\n"
+        )
+        watchers = [self.start("--sentinel", config=config) for _ in range(sentinels)]
+        group = SentinelGroup(name, primary, copies, watchers)
+        group.wait_until_known(replicas)
+        return group
+
+
+@dataclass
+class SentinelGroup:
+    """A Sentinel-managed primary and its replicas (started by ``RedisServers``)."""
+
+    name: str
+    primary: Server
+    replicas: list[Server]
+    sentinels: list[Server]
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """The Sentinels' addresses, as ``redis.sentinel.Sentinel`` takes them."""
+        return [("127.0.0.1", server.port) for server in self.sentinels]
+
+    def primary_port(self) -> int:
+        """The port of the primary the first Sentinel names now."""
+        client = redis.Redis(port=self.sentinels[0].port, decode_responses=True)
+        try:
+            command = "SENTINEL GET-MASTER-ADDR-BY-NAME"
+            _host, port = client.execute_command(command, self.name)  # type: ignore[no-untyped-call]
+            return int(port)
+        finally:
+            client.close()
+
+    def wait_until_known(self, replicas: int, timeout: float = 30.0) -> None:
+        """Wait until every Sentinel lists ``replicas`` healthy replicas and the others."""
+        deadline = time.monotonic() + timeout
+        for sentinel in self.sentinels:
+            client = redis.Redis(port=sentinel.port, decode_responses=True)
+            try:
+                while not self._ready(client, replicas):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the Sentinels did not discover the group")
+                    time.sleep(0.05)
+            finally:
+                client.close()
+
+    def _ready(self, client: redis.Redis, replicas: int) -> bool:
+        known = client.execute_command("SENTINEL REPLICAS", self.name)  # type: ignore[no-untyped-call]
+        healthy = [r for r in known if "down" not in _fields(r).get("flags", "")]
+        master = _fields(client.execute_command("SENTINEL MASTER", self.name))  # type: ignore[no-untyped-call]
+        others = int(master.get("num-other-sentinels", 0))
+        return len(healthy) >= replicas and others >= len(self.sentinels) - 1
+
+    def failover(self) -> None:
+        """Ask a Sentinel to promote a replica now (``SENTINEL FAILOVER``)."""
+        client = redis.Redis(port=self.sentinels[0].port)
+        try:
+            client.execute_command("SENTINEL FAILOVER", self.name)  # type: ignore[no-untyped-call]
+        finally:
+            client.close()
+
+
+def _fields(reply: object) -> dict[str, str]:
+    # Sentinel answers a flat [name, value, ...] list (RESP2) or a map (RESP3).
+    if isinstance(reply, dict):
+        return {str(k): str(v) for k, v in reply.items()}
+    assert isinstance(reply, list)
+    return dict(zip(map(str, reply[::2]), map(str, reply[1::2]), strict=True))
 
 
 @contextlib.contextmanager

@@ -32,9 +32,12 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.lock.backends.redis.sync_backend import SyncRedisLockBackend
     from headway.lock.backends.redlock import RedlockBackend
     from headway.lock.contract import LockBackend, SyncLockBackend
+    from headway.lock.events import LockEvent, LockEventKind, LockHook
     from headway.lock.fencing import fenced_update, fenced_update_statement, fenced_update_sync
     from headway.lock.lease import Lease
     from headway.lock.lock import Lock, SyncLock
+    from headway.metrics.otel import OpenTelemetryMetrics
+    from headway.metrics.prometheus import PrometheusMetrics
     from headway.ratelimit.backends.contract import (
         ConcurrencyBackend,
         RateLimitBackend,
@@ -123,6 +126,13 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "RefusalContext",
         "RefusalHook",
     ),
+    "headway.lock.events": (
+        "LockEvent",
+        "LockEventKind",
+        "LockHook",
+    ),
+    "headway.metrics.otel": ("OpenTelemetryMetrics",),
+    "headway.metrics.prometheus": ("PrometheusMetrics",),
 }
 _SOURCE = {name: module for module, names in _MODULES.items() for name in names}
 
@@ -152,16 +162,21 @@ __all__ = [
     "Lock",
     "LockBackend",
     "LockError",
+    "LockEvent",
+    "LockEventKind",
+    "LockHook",
     "LockLost",
     "LockNotAcquired",
     "LockNotOwned",
     "MemoryLockBackend",
     "MemoryRateLimitBackend",
     "MonotonicClock",
+    "OpenTelemetryMetrics",
     "Policy",
     "PolicyDecision",
     "PolicyFunction",
     "PostgresLockBackend",
+    "PrometheusMetrics",
     "RateLimitBackend",
     "RateLimitDecorator",
     "RateLimitDependency",

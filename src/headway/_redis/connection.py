@@ -14,6 +14,10 @@
   reply overdue by the client's ``socket_timeout`` drops the connection.
 - A lost connection fails the calls in flight with redis-py's ``ConnectionError``
   (their outcome is unknown); the next call opens a new one.
+- A READONLY reply means the server was demoted to a replica (a Sentinel failover):
+  the call fails with ``ConnectionError`` and the connection is dropped, as redis-py's
+  Sentinel-managed connection does, so the next call asks the pool (the Sentinels)
+  for the primary again.
 """
 
 from __future__ import annotations
@@ -180,6 +184,9 @@ class PipelinedConnection(asyncio.Protocol):
             self.send(call)
             return
         future = call.future
+        if isinstance(reply, redis_errors.ReadOnlyError):
+            self._demoted(reply)
+            reply = redis_errors.ConnectionError(f"Redis was demoted to a replica: {reply}")
         if isinstance(reply, Exception):
             if not future.done():
                 future.set_exception(reply)
@@ -188,6 +195,11 @@ class PipelinedConnection(asyncio.Protocol):
             orphaned(call.orphan, reply)
         if not future.done():
             future.set_result(reply)
+
+    def _demoted(self, reply: Exception) -> None:
+        if not self.lost:
+            log.warning("Redis answered READONLY (%s): dropping the connection", reply)
+            self.transport.abort()  # connection_lost fails the calls written after this one
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True

@@ -8,8 +8,9 @@ from collections.abc import Awaitable, Iterator
 from types import TracebackType
 
 from headway._clock import Clock, MonotonicClock
-from headway._errors import BackendUnavailable, LockLost, LockNotOwned
+from headway._errors import BackendUnavailable, LockLost, LockNotAcquired, LockNotOwned
 from headway.lock.contract import LockBackend, SyncLockBackend
+from headway.lock.events import LockEvent, LockEventKind, LockHook, report
 from headway.lock.lease import Lease, _finite_seconds, check_timeout, check_ttl
 from headway.lock.renewal import Renewal
 
@@ -31,6 +32,8 @@ class Lock:
     The lock object holds no lease: every ``acquire`` returns a new ``Lease``,
     so tasks sharing one ``Lock`` never share a lease. ``ttl`` is the lease
     length and ``timeout`` how long ``acquire`` waits, both in seconds.
+    ``on_event`` (a ``LockHook``) is told each acquire's wait and each lease's
+    hold time; without it, nothing is timed.
     """
 
     def __init__(
@@ -41,6 +44,7 @@ class Lock:
         ttl: float = 30.0,
         timeout: float = 10.0,
         clock: Clock | None = None,
+        on_event: LockHook | None = None,
     ) -> None:
         check_ttl(ttl)
         check_timeout(timeout)
@@ -51,21 +55,68 @@ class Lock:
         self.ttl = ttl
         self.timeout = timeout
         self.clock: Clock = clock or MonotonicClock()
+        self.on_event = on_event
+        # When each lease this lock granted was acquired (by token), for hold times;
+        # bounded, as leases left to expire are never released.
+        self._since: dict[str, float] = {}
 
     def __repr__(self) -> str:
         return f"Lock({self.resource!r}, backend={self.backend.name}, ttl={self.ttl:g})"
 
     async def acquire(self, *, timeout: float | None = None, ttl: float | None = None) -> Lease:
         """Wait up to ``timeout`` s for the lock; raise ``LockNotAcquired`` after that."""
-        return await self.backend.acquire(
+        pending = self.backend.acquire(
             self.resource,
             self.ttl if ttl is None else ttl,
             self.timeout if timeout is None else timeout,
         )
+        if self.on_event is None:  # the hot path: nothing timed
+            return await pending
+        started = self.clock()
+        try:
+            lease = await pending
+        except LockNotAcquired:
+            self._event("not_acquired", waited=self.clock() - started)
+            raise
+        except BackendUnavailable:  # a cancellation is not an outcome: not reported
+            self._event("errored", waited=self.clock() - started)
+            raise
+        now = self.clock()
+        self._event("acquired", waited=now - started, fence=lease.fence)
+        if len(self._since) >= 4096:
+            del self._since[next(iter(self._since))]
+        self._since[lease.token] = now
+        return lease
 
     async def release(self, lease: Lease) -> None:
         """Release ``lease`` (shielded from cancellation); ``LockNotOwned`` if it lapsed."""
-        await self.backend.release(lease)
+        if self.on_event is None:
+            return await self.backend.release(lease)
+        kind: LockEventKind = "released"
+        try:
+            await self.backend.release(lease)
+        except LockNotOwned:
+            kind = "lost"
+            raise
+        except BackendUnavailable:
+            kind = "errored"
+            raise
+        finally:  # a cancelled release (shielded: it carries on) counts as released
+            since = self._since.pop(lease.token, None)
+            held = None if since is None else self.clock() - since
+            self._event(kind, held=held, fence=lease.fence)
+
+    def _event(
+        self,
+        kind: LockEventKind,
+        *,
+        waited: float | None = None,
+        held: float | None = None,
+        fence: int | None = None,
+    ) -> None:
+        assert self.on_event is not None
+        event = LockEvent(kind, self.resource, self.backend.name, waited, held, fence)
+        report(self.on_event, event)
 
     async def extend(self, lease: Lease, ttl: float | None = None) -> Lease:
         """Renew ``lease`` for ``ttl`` s from now; ``LockNotOwned`` if it lapsed."""
