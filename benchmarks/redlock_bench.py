@@ -16,8 +16,9 @@ so the server counters see only this run's traffic. For every lock it measures:
    acquire -> racy read-yield-write -> release on one key for a fixed time:
    grants/s, each worker's share, and whether exclusion held.
 
-``headway Redlock (main)`` is the implementation this branch replaced, read from
-``git show main:...`` and run in the same process (skip it with ``--no-before``).
+``headway Redlock (before)`` is the implementation issue 16 replaced, read with
+``git show BEFORE:src/headway/lock/backends/redlock.py`` and run in the same process
+(left out with ``--no-before``, or when git cannot show it).
 """
 
 from __future__ import annotations
@@ -147,10 +148,14 @@ def _pottery(urls: list[str]) -> tuple[Callable[[str], Pair], Callable[[], Await
     return worker, close
 
 
+#: The last commit with the previous Redlock (main before issue 16's Redlock work).
+BEFORE = "aa92f53abfa05a01bbe084624e123269c501e9ba"
+
+
 def _before() -> Any:
-    """main's RedlockBackend, as it was before this benchmark's branch."""
+    """The previous RedlockBackend, as it was at ``BEFORE``."""
     source = subprocess.run(
-        ["git", "-C", str(ROOT), "show", "main:src/headway/lock/backends/redlock.py"],
+        ["git", "-C", str(ROOT), "show", f"{BEFORE}:src/headway/lock/backends/redlock.py"],
         capture_output=True,
         text=True,
         check=True,
@@ -173,10 +178,18 @@ def subjects(before: bool) -> list[Subject]:
         Subject("pottery Redlock", False, "5 masters; no fencing", _pottery),
     ]
     if before:
+        try:
+            previous = _before()
+        except (OSError, subprocess.CalledProcessError, ImportError) as exc:
+            print(f"leaving out the previous Redlock: {exc}", file=sys.stderr)
+            return found
         found.insert(
             2,
             Subject(
-                "headway Redlock (main)", True, "before: fencing on", _headway(_before(), None)
+                "headway Redlock (before)",
+                True,
+                "previous version: fencing on",
+                _headway(previous, None),
             ),
         )
     return found
@@ -363,7 +376,7 @@ async def run(urls: list[str], cfg: Config, before: bool) -> list[Result]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="one short round")
-    parser.add_argument("--no-before", action="store_true", help="leave out main's Redlock")
+    parser.add_argument("--no-before", action="store_true", help="leave out the previous Redlock")
     options = parser.parse_args()
     cfg = QUICK if options.quick else FULL
     binary = shutil.which("redis-server")
