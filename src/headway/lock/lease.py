@@ -20,7 +20,9 @@ class Lease:
 
     ``fence`` is the fencing token: it increases with every lease granted on the
     resource, so a store that remembers the highest token it has seen can reject
-    writes from a holder that was paused past its lease. ``deadline`` is the
+    writes from a holder that was paused past its lease; it is 0 only from a backend
+    told to count none (``RedlockBackend(fencing=False)``), and then proves nothing to a
+    store. ``deadline`` is the
     monotonic time (``time.monotonic()``) until which the holder may assume it
     still owns the lock; it is counted from *before* the acquire request was
     sent, so it never overstates the lease.

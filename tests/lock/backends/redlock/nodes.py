@@ -69,7 +69,7 @@ LOOP_TEARDOWN = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExcep
 
 
 def count_exclusively(
-    urls: list[str], threads: int, tasks: int, rounds: int
+    urls: list[str], threads: int, tasks: int, rounds: int, fencing: bool = True
 ) -> tuple[int, list[int]]:
     """Increment a counter non-atomically under the lock; return it and the fences in order.
 
@@ -93,7 +93,7 @@ def count_exclusively(
 
     async def client() -> None:
         backend = RedlockBackend.from_urls(
-            urls, node_timeout=NODE_TIMEOUT, retry_delay=(0.001, 0.01)
+            urls, node_timeout=NODE_TIMEOUT, retry_delay=(0.001, 0.01), fencing=fencing
         )
         try:
             async with anyio.create_task_group() as tg:

@@ -27,11 +27,15 @@ pytestmark = pytest.mark.anyio
 
 
 @LOOP_TEARDOWN
-def test_mutual_exclusion_counted_exactly(nodes: Nodes) -> None:
-    count, fences = count_exclusively(nodes.urls, threads=4, tasks=2, rounds=25)
+@pytest.mark.parametrize("fencing", [True, False])
+def test_mutual_exclusion_counted_exactly(nodes: Nodes, fencing: bool) -> None:
+    count, fences = count_exclusively(nodes.urls, threads=4, tasks=2, rounds=25, fencing=fencing)
     assert count == 200
     assert len(fences) == 200
-    assert increasing(fences)
+    if fencing:
+        assert increasing(fences)
+    else:
+        assert set(fences) == {0}
 
 
 @LOOP_TEARDOWN

@@ -1,90 +1,79 @@
 """Redlock: one lock over N independent Redis servers, held while a majority holds it.
 
-Every operation is sent to all nodes at once, each bounded by ``node_timeout``;
-a node that fails or does not answer in time counts as a no. An acquire round
-is granted by a majority (N//2+1) of nodes; its lease is valid until the first
-send + ``ttl - drift`` (``drift = ttl * drift_factor + 2 ms``), so it has
-``ttl - elapsed - drift`` left when granted, and must have some. A round
-that falls short is undone on every node, answering or not, and retried after
-a random delay until the timeout. Rounds never queue: each node sees single
-attempts (``lock/acquire`` with no waiter), and each round has a fresh token,
-so a late release from an old round can never remove a newer round's key.
+Every operation is one script call sent to all nodes at once (``nodes.py``: headway's
+pipelined connections), each bounded by ``node_timeout``; a node that fails or does not
+answer in time counts as a no. An acquire round is granted by a majority (N//2+1) of
+nodes; its lease is valid until the first send + ``ttl - drift`` (``drift = ttl *
+drift_factor + 2 ms``), so it has ``ttl - elapsed - drift`` left when granted, and must
+have some. A round that falls short is undone on every node, answering or not, and
+retried after a random delay until the timeout. Rounds never queue: each node sees
+single attempts (``lock/redlock_acquire``: SET NX and, in the same script, the node's
+fence), and each round has a fresh token, so a late release from an old round can never
+remove a newer round's key. A cycle is two round trips (acquire, release) and 6 commands
+per node with fencing (EVALSHA, SET, INCR; EVALSHA, GET, DEL), 5 without.
 
 Fencing across node failures
 ----------------------------
-Each granting node returns its own fence (INCR, floored by its clock in
-microseconds); the lease's fence ``t`` is the highest of them. Before the lease
-is returned, a write-back round (``lock/fence_raise``) raises every node's
-counter to at least ``t``, and the lease is granted only if a majority of nodes
-*that granted it* confirm, still holding the key: call that set ``H``.
+Each granting node returns its own fence (its counter plus one, in the script that
+grants); the lease's fence ``t`` is the highest of them. Call ``H`` the granting nodes
+whose counter is ``t`` after the grant. When a majority returned ``t`` itself, ``H`` is
+that majority and the lease is returned at once: the usual case, as every release of a
+failed round raises all counters to the highest fence it saw, so counters stay equal.
+Otherwise a write-back round (``lock/fence_raise``) raises every node's counter to at
+least ``t``, and the lease is granted only if a majority of nodes *that granted it*
+confirm, still holding the key: they are ``H``. Either way ``H`` is a majority whose
+counters reached ``t`` while they held the key.
 
 Claim: a lease L2 granted after L1 was returned has ``t2 > t1``. L2 needs a
-majority M2, which meets H1 in some node n. At n, L2's acquire ran after the
-write-back: (a) trivially if L2's round started after L1 was returned; (b) if
+majority M2, which meets H1 in some node n. At n, L2's acquire ran after n's
+counter reached t1: (a) trivially if L2's round started after L1 was returned; (b) if
 the round overlapped, n held L1's key from L1's acquire until L1 released it or
 it expired, both after L1 was returned (keys outlive validity: Redlock's own
 clock assumption). L2's key cannot predate L1's there, for it would still have
 been present (L2 is valid later) and n would have refused L1. So n granted L2
-after the write-back, when its counter was already >= t1; its fence, hence t2,
-exceeds t1. Confirmations must come from granting nodes for case (b).
+when its counter was already >= t1; its fence, hence t2, exceeds t1. ``H`` must hold
+granting nodes only, for case (b).
 
 Not covered: a node restarted without persistence (or a failover to a lagging
 replica) loses its keys and its counter. The claim holds while N - quorum + 1
 nodes of H1 (3 of 5) keep theirs; if restarts take more, a later majority may
-avoid every survivor, and only the server-time floor keeps
-fences rising, which holds only while clocks are sane (no node's clock, and so
-no fence, ran ahead). As the Redlock paper advises, keep a restarted node down
-for one maximum TTL, or run it with ``appendfsync always``. Exclusion itself
-rests on bounded clock drift and pauses, as in Redlock; fences are what a
-store should check to survive a paused holder.
+avoid every survivor, and only the server-time floor of a node that lost its counter
+(whole seconds, as microseconds) keeps fences rising, which holds only while clocks
+are sane (no node's clock, and so no fence, ran ahead). As the Redlock paper advises,
+keep a restarted node down for one maximum TTL, or run it with ``appendfsync always``.
+Exclusion itself rests on bounded clock drift and pauses, as in Redlock; fences are
+what a store should check to survive a paused holder.
+
+Without fencing (``fencing=False``) the nodes count nothing and every lease's ``fence``
+is 0: such a lease gives exclusion while clocks and pauses behave, and nothing a store
+can check (``fenced_update`` would let a paused holder's write through).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from redis import asyncio as aioredis
-from redis import exceptions as redis_errors
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from headway._clock import Clock, MonotonicClock
 from headway._errors import BackendUnavailable, LockNotAcquired, LockNotOwned
-from headway._redis.errors import UNAVAILABLE
-from headway.lock.backends.redis.keys import (
-    ACQUIRE,
-    EXTEND,
-    FENCE_RAISE,
-    RELEASE,
-    acquire_call,
-    lock_keys,
-    release_call,
-)
+from headway._redis.resp import pack
+from headway._redis.scripts import Script
+from headway._redis.wire import forget
+from headway.lock.backends.redis.keys import EXTEND, FENCE_RAISE, lock_keys
+from headway.lock.backends.redlock.nodes import Nodes
 from headway.lock.driver import complete
-from headway.lock.flow import Attempt, Try
 from headway.lock.lease import Lease, _finite_seconds, check_timeout, check_ttl, new_token
 
 __all__ = ["RedlockBackend"]
 
-#: A node that answers with an error (out of memory, read-only replica) is a no, like one that
-#: does not answer; a bad argument on our side (DataError) is a bug and propagates.
-_NODE_ERRORS: tuple[type[BaseException], ...] = (*UNAVAILABLE, redis_errors.ResponseError)
-
-Call = Callable[[Any], Awaitable[Any]]
-
-
-def _label(index: int, client: Any) -> str:
-    try:
-        kwargs = client.connection_pool.connection_kwargs
-    except AttributeError:
-        return f"node {index}"
-    if "path" in kwargs:
-        return str(kwargs["path"])
-    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+ACQUIRE = Script("lock/redlock_acquire")
+RELEASE = Script("lock/redlock_release")
 
 
 class RedlockBackend:
@@ -92,7 +81,10 @@ class RedlockBackend:
 
     Keeps working with up to (N-1)//2 servers down and grants nothing without a
     majority. ``node_timeout`` bounds each request to one node (seconds);
-    ``retry_delay`` is the random range between acquire rounds.
+    ``retry_delay`` is the random range between acquire rounds. With
+    ``fencing=False`` the nodes count no fencing token and every lease's ``fence`` is
+    0 (not a token: nothing to give ``fenced_update``), for a cheaper lock that
+    excludes only while clocks and pauses behave.
     """
 
     name = "redlock"
@@ -104,6 +96,7 @@ class RedlockBackend:
         node_timeout: float = 0.05,
         drift_factor: float = 0.01,
         retry_delay: tuple[float, float] = (0.05, 0.2),
+        fencing: bool = True,
         clock: Clock | None = None,
     ) -> None:
         if not clients:
@@ -119,9 +112,10 @@ class RedlockBackend:
         self.node_timeout = node_timeout
         self.drift_factor = drift_factor
         self.retry_delay = (low, high)
+        self.fencing = fencing
         self.clock: Clock = clock or MonotonicClock()
         self.quorum = len(self.clients) // 2 + 1
-        self._labels = [_label(i, client) for i, client in enumerate(self.clients)]
+        self._nodes = Nodes(self.clients, node_timeout)
         self._owned = False
 
     @classmethod
@@ -132,6 +126,7 @@ class RedlockBackend:
         node_timeout: float = 0.05,
         drift_factor: float = 0.01,
         retry_delay: tuple[float, float] = (0.05, 0.2),
+        fencing: bool = True,
         clock: Clock | None = None,
         **options: Any,
     ) -> RedlockBackend:
@@ -144,6 +139,7 @@ class RedlockBackend:
             node_timeout=node_timeout,
             drift_factor=drift_factor,
             retry_delay=retry_delay,
+            fencing=fencing,
             clock=clock,
         )
         backend._owned = True
@@ -152,63 +148,62 @@ class RedlockBackend:
     def _drift(self, ttl_ms: int) -> float:
         return ttl_ms / 1000 * self.drift_factor + 0.002
 
-    async def _node(self, client: Any, call: Call) -> Any:
-        try:
-            async with asyncio.timeout(self.node_timeout):
-                return await call(client)
-        except _NODE_ERRORS as exc:
-            return exc
-
-    async def _everywhere(self, call: Call) -> list[Any]:
-        """One reply per node, in node order: the result, or the exception that made it a no."""
-        return list(await asyncio.gather(*(self._node(c, call) for c in self.clients)))
-
-    def _errors(self, replies: Sequence[Any]) -> str:
-        failed = [
-            f"{label}: {self._describe(r)}"
-            for label, r in zip(self._labels, replies, strict=True)
-            if isinstance(r, BaseException)
-        ]
-        return "; node errors: " + "; ".join(failed) if failed else ""
-
-    def _describe(self, exc: BaseException) -> str:
-        if isinstance(exc, TimeoutError) and not str(exc):
-            return f"no answer within {self.node_timeout:g} s"
-        return f"{type(exc).__name__}: {exc}"
-
-    async def _release_all(self, resource: str, token: str) -> list[Any]:
-        keys, args = release_call(resource, token)
-        return await self._everywhere(lambda c: RELEASE.run(c, keys, args))
+    async def _release_all(self, resource: str, token: str, fence: int = 0) -> list[Any]:
+        k = lock_keys(resource)
+        args = pack([token, fence])
+        return await self._nodes.everywhere(RELEASE, (k.owner, k.fence), [args] * len(self._nodes))
 
     async def _round(self, resource: str, ttl_ms: int) -> Lease | str:
         """One acquire round; on failure it is undone everywhere and the reason returned."""
         token = new_token()
-        keys, args = acquire_call(resource, Try(token, ttl_ms, "", 0))
+        k = lock_keys(resource)
+        args = pack([token, ttl_ms, 1 if self.fencing else 0])
+        n = len(self._nodes)
         sent = self.clock()
-        replies = await self._everywhere(lambda c: ACQUIRE.run(c, keys, args))
-        attempts = {
-            i: Attempt.from_reply(r) for i, r in enumerate(replies) if not isinstance(r, Exception)
-        }
-        fences = {i: attempt.fence for i, attempt in attempts.items() if attempt.granted}
-        why = f"{len(fences)}/{len(self.clients)} nodes granted it (quorum {self.quorum})"
+        replies = await self._nodes.everywhere(ACQUIRE, (k.owner, k.fence), [args] * n)
+        fences = {i: r for i, r in enumerate(replies) if type(r) is int and r >= 0}
+        fence = max(fences.values(), default=0)
+        why = f"{len(fences)}/{n} nodes granted it (quorum {self.quorum})"
         if len(fences) >= self.quorum:
-            fence = max(fences.values())
-            k = lock_keys(resource)
-            acks = await self._everywhere(
-                lambda c: FENCE_RAISE.run(c, [k.fence, k.owner], [fence, token])
-            )
-            held = sum(1 for i in fences if acks[i] == 1)
+            held = await self._settle(resource, token, fences, fence)
             deadline = sent + ttl_ms / 1000 - self._drift(ttl_ms)
-            if held >= self.quorum and self.clock() < deadline:
+            if held is None and self.clock() < deadline:
                 return Lease(resource, token, fence, deadline, ttl_ms / 1000)
-            why = (
-                f"only {held}/{len(self.clients)} nodes confirmed its fence (quorum {self.quorum})"
-                if held < self.quorum
-                else "its validity ran out before the quorum answered"
-            )
-            replies = acks
-        await self._release_all(resource, token)
-        return why + self._errors(replies)
+            if held is None:
+                why = "its validity ran out before the quorum answered"
+            else:
+                why = f"only {held[0]}/{n} nodes confirmed its fence (quorum {self.quorum})"
+                replies = held[1]
+        await self._release_all(resource, token, fence)
+        return why + self._nodes.errors(replies)
+
+    async def _settle(
+        self, resource: str, token: str, fences: dict[int, int], fence: int
+    ) -> tuple[int, list[Any]] | None:
+        """Make a majority of granting nodes count from ``fence``: None when they do, else
+        how many confirmed and the replies of the write-back."""
+        k = lock_keys(resource)
+        agreed = [i for i, f in fences.items() if f == fence]
+        if len(agreed) >= self.quorum:  # they counted it in the grant: no write-back round
+            if fence:
+                self._catch_up(resource, fence, set(agreed))
+            return None
+        args = pack([fence, token])
+        acks = await self._nodes.everywhere(
+            FENCE_RAISE, (k.fence, k.owner), [args] * len(self._nodes)
+        )
+        held = sum(1 for i in fences if acks[i] == 1)
+        return None if held >= self.quorum else (held, acks)
+
+    def _catch_up(self, resource: str, fence: int, current: set[int]) -> None:
+        # Not needed for the claim (a majority counted ``fence``); raising the others now,
+        # unawaited, keeps counters equal so the next round needs no write-back either.
+        k = lock_keys(resource)
+        args = pack([fence, ""])
+        for i, wires in enumerate(self._nodes.wires):
+            wire = wires.ready()
+            if i not in current and wire is not None:
+                forget(wire.submit(FENCE_RAISE, (k.fence, k.owner), args, None, self.node_timeout))
 
     async def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
         """Acquire ``resource`` on a majority, retrying for up to ``timeout`` s."""
@@ -241,7 +236,7 @@ class RedlockBackend:
         message = (
             f"cannot {what} lock {lease.resource!r} (fence {lease.fence}): {confirmed}/"
             f"{len(self.clients)} nodes hold the lease (quorum {self.quorum})"
-            + self._errors(replies)
+            + self._nodes.errors(replies)
         )
         unknown = sum(1 for r in replies if isinstance(r, BaseException))
         if confirmed + unknown < self.quorum:
@@ -256,9 +251,10 @@ class RedlockBackend:
     async def extend(self, lease: Lease, ttl: float) -> Lease:
         """Renew ``lease`` for ``ttl`` s on a majority; its new validity counts from the send."""
         ttl_ms = check_ttl(ttl)
-        keys = [lock_keys(lease.resource).owner]
+        keys = lock_keys(lease.resource).extend
+        args = pack([lease.token, ttl_ms])
         sent = self.clock()
-        replies = await self._everywhere(lambda c: EXTEND.run(c, keys, [lease.token, ttl_ms]))
+        replies = await self._nodes.everywhere(EXTEND, keys, [args] * len(self._nodes))
         self._check(lease, replies, "extend")
         deadline = sent + ttl_ms / 1000 - self._drift(ttl_ms)
         if self.clock() >= deadline:
@@ -269,8 +265,6 @@ class RedlockBackend:
         return Lease(lease.resource, lease.token, lease.fence, deadline, ttl_ms / 1000)
 
     async def aclose(self) -> None:
-        """Close the clients opened by ``from_urls`` (clients passed in stay the caller's)."""
-        if self._owned:
-            for client in self.clients:
-                with contextlib.suppress(*UNAVAILABLE):
-                    await client.aclose()
+        """Close this event loop's connections, and the clients opened by ``from_urls``
+        (clients passed in stay the caller's)."""
+        await self._nodes.aclose(self._owned)
