@@ -14,6 +14,7 @@ def test_all_is_pinned() -> None:
         "ConcurrencyLimiter",
         "Decision",
         "DecisionHook",
+        "EtcdLockBackend",
         "FakeClock",
         "FixedWindow",
         "HeadwayError",

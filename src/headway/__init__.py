@@ -15,6 +15,7 @@ from headway._errors import (
 from headway.idempotency.events import IdempotencyEvent, IdempotencyEventKind, IdempotencyHook
 from headway.idempotency.middleware import IdempotencyMiddleware, idempotent
 from headway.idempotency.store import RecordStore
+from headway.lock.backends.etcd.backend import EtcdLockBackend
 from headway.lock.backends.memory import MemoryLockBackend
 from headway.lock.backends.postgres import PostgresLockBackend
 from headway.lock.backends.redis.backend import RedisLockBackend
@@ -65,6 +66,7 @@ __all__ = [
     "ConcurrencyLimiter",
     "Decision",
     "DecisionHook",
+    "EtcdLockBackend",
     "FakeClock",
     "FixedWindow",
     "HeadwayError",
