@@ -74,8 +74,8 @@ class _Waiter:
         kvs = before.get("kvs")
         if not kvs:
             return None  # nobody ahead: the next attempt is granted
-        start = int(before["header"]["revision"]) + 1
-        await backend._gateway.deleted(unb64(kvs[0]["key"]), start, seconds)
+        seen = int(before["header"]["revision"])
+        await backend._gateway.deleted(unb64(kvs[0]["key"]), seen, seconds)
         return None  # the next attempt looks again (the lock is never handed over)
 
 

@@ -74,21 +74,17 @@ class Gateway:
             if len(failed) % len(self.endpoints) == 0:
                 await asyncio.sleep(min(_BACKOFF, max(0.0, deadline - loop.time())))
 
-    async def deleted(self, key: str, revision: int, seconds: float) -> None:
-        """Return once ``key`` is deleted at or after ``revision``, or after ``seconds``.
+    async def deleted(self, key: str, seen: int, seconds: float) -> None:
+        """Return once ``key`` (present at revision ``seen``) is deleted, or after ``seconds``.
 
-        It may return early (the stream broke, the revision was compacted): callers
-        look again, so an early return costs one more check, never a missed release.
+        It may return early (the stream broke, the key is gone already): callers look
+        again, so an early return costs one more check, never a missed release.
         """
-        body = {
-            "create_request": {
-                "key": b64(key),
-                "start_revision": str(revision),
-                "filters": ["NOPUT"],
-            }
-        }
+        # The watch starts at the current revision, not at ``seen + 1``: etcd serves
+        # a watch that starts in the past from a loop that runs every 100 ms, which
+        # would be most of a handover. What happened in between is looked up instead.
+        body = {"create_request": {"key": b64(key), "filters": ["NOPUT"]}}
         url = f"{self.endpoints[self._at]}/v3/watch"
-        # Waiting ends by itself after ``seconds``; a broken stream is a spurious wake-up.
         with contextlib.suppress(TimeoutError, httpx.HTTPError, ValueError):
             async with asyncio.timeout(seconds):
                 timeout = httpx.Timeout(self.timeout, read=None)
@@ -97,6 +93,13 @@ class Gateway:
                         result = json.loads(line).get("result")
                         if result is None or result.get("events") or result.get("canceled"):
                             return
+                        moved = result.get("created") and int(result["header"]["revision"]) > seen
+                        if moved and not await self._exists(key):
+                            return
+
+    async def _exists(self, key: str) -> bool:
+        reply = await self.call("kv/range", {"key": b64(key), "count_only": True})
+        return int(reply.get("count", 0)) > 0
 
     async def aclose(self) -> None:
         """Close the HTTP connections."""
