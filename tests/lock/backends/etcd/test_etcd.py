@@ -40,7 +40,7 @@ async def test_a_cancelled_waiter_leaves_no_key(
         queued.set()
         return result
 
-    etcd._attempt = tracked  # type: ignore[method-assign]
+    etcd._attempt = tracked  # type: ignore[method-assign, assignment]
     waiter = asyncio.create_task(lock.acquire())
     await queued.wait()
     assert len(await keys(etcd_url, namespace)) == 2  # the holder's and the waiter's
@@ -106,7 +106,7 @@ async def test_eight_clients_are_served_in_request_order(etcd_url: str, namespac
             queued[i].set()
             return result
 
-        backend._attempt = tracked  # type: ignore[method-assign]
+        backend._attempt = tracked  # type: ignore[method-assign, assignment]
         tasks.append(asyncio.create_task(worker(i)))
         await queued[i].wait()  # the next client asks only once this one is in line
     await backends[0].release(first)
