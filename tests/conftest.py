@@ -25,6 +25,7 @@ POSTGRES_URL = os.environ.get(
     "HEADWAY_TEST_DATABASE_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 )
 MYSQL_URL = os.environ.get("HEADWAY_TEST_MYSQL_URL", "mysql+aiomysql://root@127.0.0.1:3306/test")
+ETCD_URL = os.environ.get("HEADWAY_TEST_ETCD_URL", "http://127.0.0.1:2379")
 IN_CI = bool(os.environ.get("CI"))
 
 
@@ -104,6 +105,13 @@ def mysql_url() -> str:
     if not _port_open(MYSQL_URL, 3306):
         need("MariaDB", f"nothing listens at {MYSQL_URL} (set HEADWAY_TEST_MYSQL_URL)")
     return MYSQL_URL
+
+
+@pytest.fixture(scope="session")
+def etcd_url() -> str:
+    if not _port_open(ETCD_URL, 2379):
+        need("etcd", f"nothing listens at {ETCD_URL} (set HEADWAY_TEST_ETCD_URL)")
+    return ETCD_URL
 
 
 @pytest.fixture(scope="session")

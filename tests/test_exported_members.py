@@ -22,6 +22,7 @@ def test_all_is_pinned() -> None:
         "ConcurrencyLimiter",
         "Decision",
         "DecisionHook",
+        "EtcdLockBackend",
         "FakeClock",
         "FixedWindow",
         "HeadwayError",

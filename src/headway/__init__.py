@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.idempotency.events import IdempotencyEvent, IdempotencyEventKind, IdempotencyHook
     from headway.idempotency.middleware import IdempotencyMiddleware, idempotent
     from headway.idempotency.store import RecordStore
+    from headway.lock.backends.etcd.backend import EtcdLockBackend
     from headway.lock.backends.memory import MemoryLockBackend
     from headway.lock.backends.postgres import PostgresLockBackend
     from headway.lock.backends.redis.backend import RedisLockBackend
@@ -133,6 +134,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     ),
     "headway.metrics.otel": ("OpenTelemetryMetrics",),
     "headway.metrics.prometheus": ("PrometheusMetrics",),
+    "headway.lock.backends.etcd.backend": ("EtcdLockBackend",),
 }
 _SOURCE = {name: module for module, names in _MODULES.items() for name in names}
 
@@ -148,6 +150,7 @@ __all__ = [
     "ConcurrencyLimiter",
     "Decision",
     "DecisionHook",
+    "EtcdLockBackend",
     "FakeClock",
     "FixedWindow",
     "HeadwayError",

@@ -11,6 +11,7 @@ entry's ``lacks``, and such tests are not generated for it (nothing is skipped).
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,7 @@ import redis
 from redis import asyncio as aioredis
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from headway import MemoryLockBackend, RedisLockBackend, SyncRedisLockBackend
+from headway import EtcdLockBackend, MemoryLockBackend, RedisLockBackend, SyncRedisLockBackend
 from headway.lock.backends.postgres import PostgresLockBackend
 from headway.lock.backends.redlock import RedlockBackend
 from headway.lock.contract import LockBackend, SyncLockBackend
@@ -31,6 +32,7 @@ CAPABILITIES = {
     "queued": "a QueuedBackend: the driver's primitives (_try, _attempt) can be watched",
     "fifo": "waiters are granted the lock in the order they asked",
     "fair": "under steady contention every task gets a share (a releaser cannot cut in)",
+    "short_ttl": "a lease of a fraction of a second runs out on time",
 }
 
 
@@ -97,6 +99,17 @@ async def _postgres(request: pytest.FixtureRequest) -> AsyncIterator[LockBackend
         await engine.dispose()
 
 
+@contextlib.asynccontextmanager
+async def _etcd(request: pytest.FixtureRequest) -> AsyncIterator[LockBackend]:
+    # The etcd server is shared: a namespace of its own is this test's clean server.
+    namespace = f"headway-test/{uuid.uuid4().hex}/"
+    backend = EtcdLockBackend(request.getfixturevalue("etcd_url"), namespace=namespace)
+    try:
+        yield backend
+    finally:
+        await backend.aclose()
+
+
 _NO_QUEUE = "no queue of its own: the driver's primitives do not exist"
 
 #: name -> entry. A new async backend is one entry here.
@@ -116,6 +129,13 @@ LOCK_BACKENDS: dict[str, Entry] = {
         # Its waiters queue in the server's lock manager, first come, first served: only
         # the tests that watch the driver's attempts cannot run over it.
         lacks={"queued": _NO_QUEUE + " (the server's lock manager queues waiters)"},
+    ),
+    "etcd": Entry(
+        _etcd,
+        lacks={
+            "short_ttl": "etcd counts lease TTLs in whole seconds, at least its minimum "
+            "(2 s by default): a 0.1 s lease is held on the server for 2 s",
+        },
     ),
 }
 

@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from redis import asyncio as aioredis
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from headway import Lock, LockBackend, LockNotOwned, RedisLockBackend
+from headway import EtcdLockBackend, Lock, LockBackend, LockNotOwned, RedisLockBackend
 from headway.lock.backends.postgres import PostgresLockBackend
 from headway.lock.fencing import fenced_update
 
@@ -84,6 +84,9 @@ async def run(
     if backend_name == "redis":
         backend = redis_backend = RedisLockBackend(client)
         close = redis_backend.aclose
+    elif backend_name == "etcd":
+        backend = etcd_backend = EtcdLockBackend(os.environ["HEADWAY_TEST_ETCD_URL"])
+        close = etcd_backend.aclose
     else:
         backend = pg_backend = PostgresLockBackend(engine)
         close = pg_backend.aclose

@@ -66,6 +66,7 @@ async def test_tasks_sharing_a_lock_never_share_a_lease(lock_backend: LockBacken
     await lock.release(second)
 
 
+@pytest.mark.needs("short_ttl")
 async def test_expired_lease_cannot_release_or_extend_the_next_holder(
     lock_backend: LockBackend,
 ) -> None:

@@ -42,11 +42,14 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKERS = 8
 TTL = 0.6
 PAUSE = 1.5  # well past the TTL: the lease lapses and another worker takes over
+#: Backends whose leases outlive the TTL: etcd holds a lease for whole seconds, 2 s at
+#: least, and revokes expired leases every 0.5 s.
+PAUSES = {"etcd": 3.5}
 #: Where each pause lands: after the grant ("held") or after the read ("read").
 SCHEDULE = ("held", "read", "held", "held", "read", "held")
 #: Sections begun (by anyone) between two pauses, and by each worker after the last one.
 GAP, TAIL = 6, 2
-BUDGET = 50.0
+BUDGET = 150.0
 
 
 @dataclass
@@ -67,6 +70,7 @@ class Worker:
 class Run:
     """The parent's side: answers the workers, pauses them, decides when they stop."""
 
+    pause: float = PAUSE
     todo: list[str] = field(default_factory=lambda: list(SCHEDULE))
     workers: dict[int, Worker] = field(default_factory=dict)
     all_ready: asyncio.Event = field(default_factory=asyncio.Event)
@@ -85,7 +89,7 @@ class Run:
         os.kill(w.pid, signal.SIGSTOP)
         # The answer waits in the socket: the worker stops before it runs another line.
         await w.answer(answer)
-        await asyncio.sleep(PAUSE)
+        await asyncio.sleep(self.pause)
         os.kill(w.pid, signal.SIGCONT)
         self.paused.append((w.index, fence, checkpoint))
         self.next_at = self.begun + GAP
@@ -121,7 +125,7 @@ class Run:
 async def run_workers(
     backend: str, urls: dict[str, str], table: str, resource: str, log: Path
 ) -> Run:
-    run = Run()
+    run = Run(pause=PAUSES.get(backend, PAUSE))
     with tempfile.TemporaryDirectory(prefix="hw") as folder, log.open("wb") as stderr:
         path = os.path.join(folder, "s")  # short: Unix socket paths are limited
         server = await asyncio.start_unix_server(run.serve, path=path)
@@ -153,9 +157,13 @@ async def run_workers(
     return run
 
 
-@pytest.mark.parametrize("backend", ["redis", "postgres"])
+@pytest.mark.parametrize("backend", ["redis", "postgres", "etcd"])
 async def test_paused_holders_cannot_corrupt_the_register(
-    backend: str, redis_url: str, postgres_url: str, tmp_path: Path
+    backend: str,
+    redis_url: str,
+    postgres_url: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     table = f"hw_safety_{uuid.uuid4().hex[:12]}"
     metadata, register, log = tables(table)
@@ -166,6 +174,8 @@ async def test_paused_holders_cannot_corrupt_the_register(
     resource = f"safety-{uuid.uuid4().hex}"
     try:
         urls = {"HEADWAY_TEST_REDIS_URL": redis_url, "HEADWAY_TEST_DATABASE_URL": postgres_url}
+        if backend == "etcd":
+            urls["HEADWAY_TEST_ETCD_URL"] = request.getfixturevalue("etcd_url")
         run = await run_workers(backend, urls, table, resource, tmp_path / "workers.err")
         async with engine.connect() as conn:
             history = (await conn.execute(sa.select(log).order_by(log.c.seq))).all()
