@@ -26,6 +26,7 @@ POSTGRES_URL = os.environ.get(
 )
 MYSQL_URL = os.environ.get("HEADWAY_TEST_MYSQL_URL", "mysql+aiomysql://root@127.0.0.1:3306/test")
 IN_CI = bool(os.environ.get("CI"))
+ZOOKEEPER_HOSTS = os.environ.get("HEADWAY_TEST_ZOOKEEPER_HOSTS", "127.0.0.1:2181")
 
 
 def need(service: str, why: str) -> None:
@@ -104,6 +105,17 @@ def mysql_url() -> str:
     if not _port_open(MYSQL_URL, 3306):
         need("MariaDB", f"nothing listens at {MYSQL_URL} (set HEADWAY_TEST_MYSQL_URL)")
     return MYSQL_URL
+
+
+@pytest.fixture(scope="session")
+def zookeeper_hosts() -> str:
+    """The shared ZooKeeper (``HEADWAY_TEST_ZOOKEEPER_HOSTS``); tests use a unique path prefix."""
+    first = ZOOKEEPER_HOSTS.split(",")[0].split("/")[0]
+    if not _port_open(f"zk://{first}", 2181):
+        need(
+            "ZooKeeper", f"nothing listens at {ZOOKEEPER_HOSTS} (set HEADWAY_TEST_ZOOKEEPER_HOSTS)"
+        )
+    return ZOOKEEPER_HOSTS
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """headway: idempotency keys, rate limits and distributed locks for ASGI apps."""
 
 from importlib.metadata import version as _version
+from typing import TYPE_CHECKING, Any
 
 from headway._clock import FakeClock, MonotonicClock
 from headway._errors import (
@@ -111,9 +112,23 @@ __all__ = [
     "SyncRedisLockBackend",
     "SyncRedisRateLimitBackend",
     "TokenBucket",
+    "ZooKeeperLockBackend",
     "fenced_update",
     "fenced_update_statement",
     "fenced_update_sync",
     "idempotent",
     "rate_limit",
 ]
+
+if TYPE_CHECKING:
+    from headway.lock.backends.zookeeper.backend import ZooKeeperLockBackend
+
+
+def __getattr__(name: str) -> Any:
+    # A backend of an extra imports its client library (kazoo) only when asked for,
+    # so ``import headway`` works without the extra installed.
+    if name == "ZooKeeperLockBackend":
+        from headway.lock.backends.zookeeper.backend import ZooKeeperLockBackend
+
+        return ZooKeeperLockBackend
+    raise AttributeError(f"module 'headway' has no attribute {name!r}")

@@ -11,6 +11,7 @@ entry's ``lacks``, and such tests are not generated for it (nothing is skipped).
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,6 +98,20 @@ async def _postgres(request: pytest.FixtureRequest) -> AsyncIterator[LockBackend
         await engine.dispose()
 
 
+@contextlib.asynccontextmanager
+async def _zookeeper(request: pytest.FixtureRequest) -> AsyncIterator[LockBackend]:
+    from headway import ZooKeeperLockBackend
+
+    hosts = request.getfixturevalue("zookeeper_hosts")
+    # A folder of its own on the shared server; ending the session deletes its nodes.
+    prefix = f"/headway-test/{uuid.uuid4().hex}"
+    backend = ZooKeeperLockBackend(hosts, session_timeout=30.0, prefix=prefix)
+    try:
+        yield backend
+    finally:
+        await backend.aclose()
+
+
 _NO_QUEUE = "no queue of its own: the driver's primitives do not exist"
 
 #: name -> entry. A new async backend is one entry here.
@@ -117,6 +132,7 @@ LOCK_BACKENDS: dict[str, Entry] = {
         # the tests that watch the driver's attempts cannot run over it.
         lacks={"queued": _NO_QUEUE + " (the server's lock manager queues waiters)"},
     ),
+    "zookeeper": Entry(_zookeeper),
 }
 
 
