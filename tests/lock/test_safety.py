@@ -41,7 +41,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.redis, pytest.mar
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = 8
 TTL = 0.6
-PAUSE = 1.5  # well past the TTL: the lease lapses and another worker takes over
+PAUSE = 1.5  # well past the TTL (and ZooKeeper's 1 s session): another worker takes over
 #: Where each pause lands: after the grant ("held") or after the read ("read").
 SCHEDULE = ("held", "read", "held", "held", "read", "held")
 #: Sections begun (by anyone) between two pauses, and by each worker after the last one.
@@ -153,9 +153,9 @@ async def run_workers(
     return run
 
 
-@pytest.mark.parametrize("backend", ["redis", "postgres"])
+@pytest.mark.parametrize("backend", ["redis", "postgres", "zookeeper"])
 async def test_paused_holders_cannot_corrupt_the_register(
-    backend: str, redis_url: str, postgres_url: str, tmp_path: Path
+    backend: str, redis_url: str, postgres_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     table = f"hw_safety_{uuid.uuid4().hex[:12]}"
     metadata, register, log = tables(table)
@@ -166,6 +166,9 @@ async def test_paused_holders_cannot_corrupt_the_register(
     resource = f"safety-{uuid.uuid4().hex}"
     try:
         urls = {"HEADWAY_TEST_REDIS_URL": redis_url, "HEADWAY_TEST_DATABASE_URL": postgres_url}
+        if backend == "zookeeper":
+            # Its own server with 100 ms ticks, so a session (the lease) can end within PAUSE.
+            urls["HEADWAY_TEST_ZOOKEEPER_HOSTS"] = request.getfixturevalue("fast_zookeeper").hosts
         run = await run_workers(backend, urls, table, resource, tmp_path / "workers.err")
         async with engine.connect() as conn:
             history = (await conn.execute(sa.select(log).order_by(log.c.seq))).all()
