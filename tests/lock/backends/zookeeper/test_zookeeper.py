@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 from kazoo.client import KazooClient
 
-from headway import BackendUnavailable, Lock, LockNotAcquired, ZooKeeperLockBackend
+from headway import BackendUnavailable, Lock, LockLost, LockNotAcquired, ZooKeeperLockBackend
 from headway.lock.backends.zookeeper.paths import resource_path
 from tests.servers import free_port
 
@@ -59,11 +59,12 @@ async def test_eight_sessions_are_served_in_request_order(
         await lock.release(lease)
 
     tasks = []
-    for i in range(8):
-        tasks.append(asyncio.create_task(waiter(i)))
-        # The next one asks only once this one's node is in the queue.
-        while len(nodes(kazoo, zk_prefix, "q")) < i + 2:
-            await asyncio.sleep(0.01)
+    async with asyncio.timeout(30):
+        for i in range(8):
+            tasks.append(asyncio.create_task(waiter(i)))
+            # The next one asks only once this one's node is in the queue.
+            while len(nodes(kazoo, zk_prefix, "q")) < i + 2:
+                await asyncio.sleep(0.01)
     await holder_backend.release(holder)
     async with asyncio.timeout(30):
         await asyncio.gather(*tasks)
@@ -145,3 +146,36 @@ async def test_an_unreachable_ensemble_is_unavailable_within_the_timeout() -> No
         await backend.acquire("r", 5, 5)
     assert time.monotonic() - started < 0.5 + 1.0  # the timeout, and a margin for the VM
     await backend.aclose()
+
+
+async def test_a_session_ended_by_the_server_cancels_hold_with_lock_lost(
+    make_backend: Make, zookeeper_hosts: str
+) -> None:
+    backend, rival = make_backend(), make_backend()
+    lock = Lock(backend, "s", ttl=3)
+    entered = asyncio.Event()
+    lost: list[BaseException] = []
+
+    async def holder() -> None:
+        try:
+            async with lock.hold(renew_every=0.2) as lease:
+                entered.set()
+                await asyncio.sleep(30)
+        except LockLost as exc:
+            lost.append(exc)
+            assert lease.fence > 0
+
+    task = asyncio.create_task(holder())
+    await entered.wait()
+    # End the holder's session on the server, as an expiry does: a second client
+    # attached to the same session closes it, and the server deletes its nodes.
+    twin = KazooClient(hosts=zookeeper_hosts, client_id=backend.client.client_id)
+    twin.start(timeout=10)
+    twin.stop()
+    twin.close()
+    async with asyncio.timeout(10):
+        await task  # well before the lease (3 s) would have run out unrenewed
+    assert lost
+    assert "no longer held" in str(lost[0].__cause__ or lost[0])
+    taken = await rival.acquire("s", 3, 5)
+    await rival.release(taken)
