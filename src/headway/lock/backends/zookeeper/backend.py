@@ -280,8 +280,15 @@ class ZooKeeperLockBackend(QueuedBackend):
     async def _leave(self, resource: str, waiter: str) -> None:
         await self._drop(parse_waiter(waiter)[0])
 
-    async def _listen(self, resource: str, waiter: str) -> AsyncWaiter:
+    def _join(self, resource: str, waiter: str) -> AsyncWaiter | None:
+        # Listening needs no I/O here (the watch is set by the refused attempt), so a
+        # waiter listens before its first attempt and never needs the retry after it.
         waker = self._wakers[parse_waiter(waiter)[0]] = Waker(asyncio.get_running_loop())
+        return waker
+
+    async def _listen(self, resource: str, waiter: str) -> AsyncWaiter:
+        waker = self._join(resource, waiter)
+        assert waker is not None
         return waker
 
     async def _unlisten(self, resource: str, waiter: str) -> None:
