@@ -27,6 +27,7 @@ POSTGRES_URL = os.environ.get(
 MYSQL_URL = os.environ.get("HEADWAY_TEST_MYSQL_URL", "mysql+aiomysql://root@127.0.0.1:3306/test")
 ETCD_URL = os.environ.get("HEADWAY_TEST_ETCD_URL", "http://127.0.0.1:2379")
 IN_CI = bool(os.environ.get("CI"))
+ZOOKEEPER_HOSTS = os.environ.get("HEADWAY_TEST_ZOOKEEPER_HOSTS", "127.0.0.1:2181")
 
 
 def need(service: str, why: str) -> None:
@@ -112,6 +113,17 @@ def etcd_url() -> str:
     if not _port_open(ETCD_URL, 2379):
         need("etcd", f"nothing listens at {ETCD_URL} (set HEADWAY_TEST_ETCD_URL)")
     return ETCD_URL
+
+
+@pytest.fixture(scope="session")
+def zookeeper_hosts() -> str:
+    """The shared ZooKeeper (``HEADWAY_TEST_ZOOKEEPER_HOSTS``); tests use a unique path prefix."""
+    first = ZOOKEEPER_HOSTS.split(",")[0].split("/")[0]
+    if not _port_open(f"zk://{first}", 2181):
+        need(
+            "ZooKeeper", f"nothing listens at {ZOOKEEPER_HOSTS} (set HEADWAY_TEST_ZOOKEEPER_HOSTS)"
+        )
+    return ZOOKEEPER_HOSTS
 
 
 @pytest.fixture(scope="session")

@@ -79,6 +79,7 @@ def test_all_is_pinned() -> None:
         "SyncRedisLockBackend",
         "SyncRedisRateLimitBackend",
         "TokenBucket",
+        "ZooKeeperLockBackend",
         "fenced_update",
         "fenced_update_statement",
         "fenced_update_sync",

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.lock.backends.redis.backend import RedisLockBackend
     from headway.lock.backends.redis.sync_backend import SyncRedisLockBackend
     from headway.lock.backends.redlock import RedlockBackend
+    from headway.lock.backends.zookeeper.backend import ZooKeeperLockBackend
     from headway.lock.contract import LockBackend, SyncLockBackend
     from headway.lock.events import LockEvent, LockEventKind, LockHook
     from headway.lock.fencing import fenced_update, fenced_update_statement, fenced_update_sync
@@ -135,6 +136,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway.metrics.otel": ("OpenTelemetryMetrics",),
     "headway.metrics.prometheus": ("PrometheusMetrics",),
     "headway.lock.backends.etcd.backend": ("EtcdLockBackend",),
+    "headway.lock.backends.zookeeper.backend": ("ZooKeeperLockBackend",),
 }
 _SOURCE = {name: module for module, names in _MODULES.items() for name in names}
 
@@ -207,6 +209,7 @@ __all__ = [
     "SyncRedisLockBackend",
     "SyncRedisRateLimitBackend",
     "TokenBucket",
+    "ZooKeeperLockBackend",
     "fenced_update",
     "fenced_update_statement",
     "fenced_update_sync",

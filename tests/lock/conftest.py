@@ -25,7 +25,9 @@ from headway import EtcdLockBackend, MemoryLockBackend, RedisLockBackend, SyncRe
 from headway.lock.backends.postgres import PostgresLockBackend
 from headway.lock.backends.redlock import RedlockBackend
 from headway.lock.contract import LockBackend, SyncLockBackend
+from tests import zookeeper_server
 from tests.servers import RedisServers
+from tests.zookeeper_server import ZooKeeperServer
 
 #: What a test may need beyond the contract, and what that means.
 CAPABILITIES = {
@@ -110,6 +112,35 @@ async def _etcd(request: pytest.FixtureRequest) -> AsyncIterator[LockBackend]:
         await backend.aclose()
 
 
+@contextlib.asynccontextmanager
+async def _zookeeper(request: pytest.FixtureRequest) -> AsyncIterator[LockBackend]:
+    from headway import ZooKeeperLockBackend
+
+    hosts = request.getfixturevalue("zookeeper_hosts")
+    # A folder of its own on the shared server; ending the session deletes its nodes.
+    prefix = f"/headway-test/{uuid.uuid4().hex}"
+    backend = ZooKeeperLockBackend(hosts, session_timeout=30.0, prefix=prefix)
+    try:
+        yield backend
+    finally:
+        await backend.aclose()
+
+
+@pytest.fixture(scope="session")
+def fast_zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """A throw-away ZooKeeper with 100 ms ticks: sessions (leases) can be a second long."""
+    from tests.conftest import need
+
+    if (why := zookeeper_server.available()) is not None:
+        need("a throw-away ZooKeeper", why)
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 _NO_QUEUE = "no queue of its own: the driver's primitives do not exist"
 
 #: name -> entry. A new async backend is one entry here.
@@ -137,6 +168,7 @@ LOCK_BACKENDS: dict[str, Entry] = {
             "(2 s by default): a 0.1 s lease is held on the server for 2 s",
         },
     ),
+    "zookeeper": Entry(_zookeeper),
 }
 
 

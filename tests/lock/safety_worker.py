@@ -11,7 +11,8 @@ the parent answers, so the parent can SIGSTOP it exactly there. The answer
 every (fence, accepted).
 
 Usage: python -m tests.lock.safety_worker BACKEND WORKERS TABLE RESOURCE TTL SOCKET
-with HEADWAY_TEST_REDIS_URL / HEADWAY_TEST_DATABASE_URL in the environment.
+with HEADWAY_TEST_REDIS_URL / HEADWAY_TEST_DATABASE_URL (and, for zookeeper,
+HEADWAY_TEST_ZOOKEEPER_HOSTS) in the environment.
 """
 
 from __future__ import annotations
@@ -27,9 +28,19 @@ import sqlalchemy as sa
 from redis import asyncio as aioredis
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from headway import EtcdLockBackend, Lock, LockBackend, LockNotOwned, RedisLockBackend
+from headway import (
+    EtcdLockBackend,
+    Lock,
+    LockBackend,
+    LockNotOwned,
+    RedisLockBackend,
+    ZooKeeperLockBackend,
+)
 from headway.lock.backends.postgres import PostgresLockBackend
 from headway.lock.fencing import fenced_update
+
+#: The ZooKeeper session timeout (s): at least the TTL, well under test_safety's PAUSE.
+ZK_SESSION = 1.0
 
 
 def tables(name: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
@@ -87,6 +98,13 @@ async def run(
     elif backend_name == "etcd":
         backend = etcd_backend = EtcdLockBackend(os.environ["HEADWAY_TEST_ETCD_URL"])
         close = etcd_backend.aclose
+    elif backend_name == "zookeeper":
+        # A session of a second on a server with 100 ms ticks: the lease ttl fits in it,
+        # and a pause past it ends the session (test_safety's PAUSE).
+        backend = zk_backend = ZooKeeperLockBackend(
+            os.environ["HEADWAY_TEST_ZOOKEEPER_HOSTS"], session_timeout=ZK_SESSION
+        )
+        close = zk_backend.aclose
     else:
         backend = pg_backend = PostgresLockBackend(engine)
         close = pg_backend.aclose

@@ -41,7 +41,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.redis, pytest.mar
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = 8
 TTL = 0.6
-PAUSE = 1.5  # well past the TTL: the lease lapses and another worker takes over
+PAUSE = 1.5  # well past the TTL (and ZooKeeper's 1 s session): another worker takes over
 #: Backends whose leases outlive the TTL: etcd holds a lease for whole seconds, 2 s at
 #: least, and revokes expired leases every 0.5 s.
 PAUSES = {"etcd": 3.5}
@@ -157,7 +157,7 @@ async def run_workers(
     return run
 
 
-@pytest.mark.parametrize("backend", ["redis", "postgres", "etcd"])
+@pytest.mark.parametrize("backend", ["redis", "postgres", "etcd", "zookeeper"])
 async def test_paused_holders_cannot_corrupt_the_register(
     backend: str,
     redis_url: str,
@@ -176,6 +176,9 @@ async def test_paused_holders_cannot_corrupt_the_register(
         urls = {"HEADWAY_TEST_REDIS_URL": redis_url, "HEADWAY_TEST_DATABASE_URL": postgres_url}
         if backend == "etcd":
             urls["HEADWAY_TEST_ETCD_URL"] = request.getfixturevalue("etcd_url")
+        if backend == "zookeeper":
+            # Its own server with 100 ms ticks, so a session (the lease) can end within PAUSE.
+            urls["HEADWAY_TEST_ZOOKEEPER_HOSTS"] = request.getfixturevalue("fast_zookeeper").hosts
         run = await run_workers(backend, urls, table, resource, tmp_path / "workers.err")
         async with engine.connect() as conn:
             history = (await conn.execute(sa.select(log).order_by(log.c.seq))).all()

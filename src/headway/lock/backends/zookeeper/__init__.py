@@ -1,0 +1,1 @@
+"""The ZooKeeper lock backend (extra ``headway[zookeeper]``): see ``backend``."""
