@@ -24,6 +24,16 @@ async def _purge(url: str, batch_size: int) -> int:
         await store.aclose()
 
 
+async def _forget(url: str, scope: str, key: str, force: bool) -> bool:
+    from headway.idempotency.store import RecordStore
+
+    store = RecordStore.from_url(url, create_table=False)
+    try:
+        return await store.forget(scope, key, force=force)
+    finally:
+        await store.aclose()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``headway`` console script."""
     parser = argparse.ArgumentParser(prog="headway", description=__doc__)
@@ -45,6 +55,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     purge = commands.add_parser("purge", help="delete expired idempotency records")
     purge.add_argument("url", nargs="?", metavar="URL", help=url_help)
     purge.add_argument("--batch-size", type=int, default=1000, help="rows per DELETE")
+    forget = commands.add_parser(
+        "forget", help="delete one idempotency record so its key runs again"
+    )
+    forget.add_argument("key", metavar="KEY", help="the Idempotency-Key (without quotes)")
+    forget.add_argument(
+        "--scope", required=True, help="the record's scope column (the caller's hashed identity)"
+    )
+    forget.add_argument("url", nargs="?", metavar="URL", help=url_help)
+    forget.add_argument(
+        "--force", action="store_true", help="remove it even while a request holds it in flight"
+    )
     args = parser.parse_args(argv)
     if args.command == "migrate":
         if args.downgrade:
@@ -54,6 +75,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "purge":
         deleted = asyncio.run(_purge(_url(args.url), args.batch_size))
         print(f"purged {deleted} expired idempotency record(s)")
+    if args.command == "forget":
+        if not asyncio.run(_forget(_url(args.url), args.scope, args.key, args.force)):
+            print("no record removed: none for this scope and key, or one in flight (--force)")
+            return 1
+        print(f"forgot the record of key {args.key!r}: its next request runs again")
     if args.command == "demo":
         unknown = [name for name in args.scenes if name not in _demo.SCENES]
         if unknown:

@@ -129,7 +129,8 @@ async def test_concurrent_duplicate_is_409_then_replayed(
     await bank.entered.wait()
     duplicate = await pay(client, "k")
     assert duplicate.status_code == 409
-    assert duplicate.headers["retry-after"] == "1"
+    # When the holder's lease ends at the latest: it was just claimed (and is renewed).
+    assert 1 <= int(duplicate.headers["retry-after"]) <= 5
     assert duplicate.json()["type"].endswith("/idempotency-key-in-use")
     bank.proceed.set()
     assert (await first).status_code == 201

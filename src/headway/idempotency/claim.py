@@ -1,8 +1,17 @@
-"""Claiming a record: insert it as PROCESSING, or take over one whose lease ran out.
+"""Claiming a record: insert it as PROCESSING, or take over one that expired or whose
+lease ran out, in one statement that also returns the record as it then stands.
 
-One transaction of at most three statements: an INSERT that does nothing when the key
-exists; if it did nothing, a SELECT of the record as it stands; and, when the decision
-is to take it over, an UPDATE conditioned on the record still being what was read.
+PostgreSQL and SQLite: ``INSERT … ON CONFLICT (scope, key) DO UPDATE SET col = CASE
+WHEN <take over> THEN new ELSE col END … RETURNING``. MariaDB (no ON CONFLICT):
+``INSERT … ON DUPLICATE KEY UPDATE … RETURNING`` (10.5+); it assigns left to right,
+so the first assignment decides (it writes our lease token or keeps the old one) and
+the others follow that token. Either way the conflicting row is always returned, so
+the claim says what was there without a second statement: the record is ours exactly
+when it carries the lease token this claim wrote (the caller's plus a nonce). MySQL
+proper has no RETURNING: it keeps the older three-step transaction (``claim_steps``).
+
+Contract: one round trip; returns the record's columns (``RECORD_COLUMNS``), its
+lease token and lease expiry, and the database's clock (for ``Retry-After``).
 """
 
 from __future__ import annotations
@@ -11,12 +20,13 @@ import secrets
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from headway.idempotency.record import RECORD_COLUMNS, Claim, ClaimOutcome, Record, read
-from headway.idempotency.table import Status, db_now, records, row_of
+from headway.idempotency.table import Status, db_now, records
 
-__all__ = ["claim_record"]
+__all__ = ["claim_record", "one_statement"]
 
 
 async def claim_record(
@@ -30,25 +40,42 @@ async def claim_record(
     lease_ttl: float,
     ttl: float,
 ) -> Claim:
-    """``RecordStore.claim`` inside its transaction (its docstring says what it decides)."""
-    values = _processing(fingerprint, lease_token, lease_ttl, ttl)
-    first = _first_fence() if fence is None else fence
-    if await _insert(conn, scope, key, first, values):
-        return Claim(ClaimOutcome.CLAIMED, fence=first)
-    found = await _current(conn, scope, key)
-    if found is None:
-        return Claim(ClaimOutcome.BUSY)  # purged meanwhile: the caller may retry
-    current, expired, lease_over = found
-    answer = _answer(current, expired, lease_over, fingerprint, fence)
-    if answer is not None:
-        return answer
-    mine = current.fence + 1 if fence is None else fence
-    if await _take_over(conn, current, mine, values):
-        return Claim(ClaimOutcome.CLAIMED, fence=mine)
-    return Claim(ClaimOutcome.BUSY)
+    """``RecordStore.claim`` on ``conn`` (its docstring says what it decides)."""
+    if not one_statement(conn.dialect):
+        from headway.idempotency.claim_steps import claim_in_steps
+
+        return await claim_in_steps(
+            conn, scope, key, fingerprint,
+            fence=fence, lease_token=lease_token, lease_ttl=lease_ttl, ttl=ttl,
+        )  # fmt: skip
+    # The caller's token plus a nonce: unique to this claim even if the caller reuses a
+    # token, so "the row carries it" means exactly "this statement wrote it".
+    mark = f"{lease_token[:47]}.{secrets.token_hex(8)}"
+    values = processing(fingerprint, mark, lease_ttl, ttl)
+    first = first_fence() if fence is None else fence
+    statement = _upsert(conn.dialect, scope, key, first, fence, values)
+    row = (await conn.execute(statement)).one()
+    record = read(row[:6], scope, key)
+    if row.lease_token == mark:
+        return Claim(ClaimOutcome.CLAIMED, fence=record.fence)
+    return answer(record, fingerprint, _left(row.lease_expires_at, row.now))
 
 
-def _processing(fingerprint: str, lease_token: str, lease_ttl: float, ttl: float) -> dict[str, Any]:
+def one_statement(dialect: Dialect) -> bool:
+    """Whether the claim is one statement here (all but MySQL proper, which lacks RETURNING)."""
+    return dialect.name in ("postgresql", "sqlite") or bool(getattr(dialect, "is_mariadb", False))
+
+
+def answer(record: Record, fingerprint: str, lease_left: float | None) -> Claim:
+    """The claim's answer for a record that was not ours to take."""
+    if record.fingerprint != fingerprint:
+        return Claim(ClaimOutcome.MISMATCH, record)
+    if record.status is Status.COMPLETED:
+        return Claim(ClaimOutcome.COMPLETED, record)
+    return Claim(ClaimOutcome.BUSY, record, lease_left=lease_left)
+
+
+def processing(fingerprint: str, lease_token: str, lease_ttl: float, ttl: float) -> dict[str, Any]:
     """The columns of a freshly claimed record (all but its key and fence)."""
     return {
         "fingerprint": fingerprint,
@@ -63,69 +90,69 @@ def _processing(fingerprint: str, lease_token: str, lease_ttl: float, ttl: float
     }
 
 
-async def _insert(
-    conn: AsyncConnection, scope: str, key: str, fence: int, values: dict[str, Any]
-) -> bool:
-    """Insert the record; False (and nothing written) if the key already has one."""
-    inserted = await conn.execute(
-        _insert_ignore(conn).values(scope=scope, key=key, fence=fence, **values)
-    )
-    return bool(inserted.rowcount == 1)
-
-
-async def _current(conn: AsyncConnection, scope: str, key: str) -> tuple[Record, bool, bool] | None:
-    """The record as it stands, whether it expired, and whether its lease is over."""
+def _take_over(fingerprint: str, fence: int | None) -> sa.ColumnElement[bool]:
+    """When an existing row is replaced: it expired, or it is the same request, still
+    PROCESSING, its lease over, and (for a lock holder) under an older fencing token."""
     now = db_now()
-    query = sa.select(
-        *RECORD_COLUMNS,
-        (records.c.expires_at <= now).label("expired"),
-        sa.or_(records.c.lease_expires_at.is_(None), records.c.lease_expires_at <= now).label(
-            "lease_over"
-        ),
-    ).where(row_of(scope, key))
-    row = (await conn.execute(query)).first()
-    if row is None:
-        return None
-    return read(row[:6], scope, key), bool(row.expired), bool(row.lease_over)
-
-
-def _answer(
-    current: Record, expired: bool, lease_over: bool, fingerprint: str, fence: int | None
-) -> Claim | None:
-    """What to answer instead of taking ``current`` over, or None to take it over.
-
-    An expired record is always replaced. A live one is answered from (a different
-    request's key, or a completed one) unless it is PROCESSING under a lease that ran
-    out, and, when the caller holds a lock, under an older fencing token than the caller's.
-    """
-    if expired:
-        return None
-    if current.fingerprint != fingerprint:
-        return Claim(ClaimOutcome.MISMATCH, current)
-    if current.status is Status.COMPLETED:
-        return Claim(ClaimOutcome.COMPLETED, current)
-    if not lease_over or (fence is not None and fence <= current.fence):
-        return Claim(ClaimOutcome.BUSY, current)
-    return None
-
-
-async def _take_over(
-    conn: AsyncConnection, current: Record, fence: int, values: dict[str, Any]
-) -> bool:
-    """Replace ``current`` with a fresh claim under ``fence``, if it is still what was read."""
-    taken = await conn.execute(
-        records.update()
-        .where(
-            row_of(current.scope, current.key),
-            records.c.fence == current.fence,
-            records.c.status == current.status.value,
-        )
-        .values(fence=fence, **values)
+    stalled = sa.and_(
+        records.c.fingerprint == fingerprint,
+        records.c.status == Status.PROCESSING.value,
+        sa.or_(records.c.lease_expires_at.is_(None), records.c.lease_expires_at <= now),
     )
-    return bool(taken.rowcount == 1)
+    if fence is not None:
+        stalled = sa.and_(stalled, records.c.fence < fence)
+    return sa.or_(records.c.expires_at <= now, stalled)
 
 
-def _first_fence() -> int:
+def _upsert(
+    dialect: Dialect, scope: str, key: str, first: int, fence: int | None, values: dict[str, Any]
+) -> Any:
+    """The one claiming statement for ``dialect`` (see the module's docstring)."""
+    new = {**values, "fence": records.c.fence + 1 if fence is None else fence}
+    row = {"scope": scope, "key": key, "fence": first, **values}
+    when = _take_over(values["fingerprint"], fence)
+    if dialect.name in ("postgresql", "sqlite"):
+        sets = {name: sa.case((when, value), else_=records.c[name]) for name, value in new.items()}
+        if dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            pg = pg_insert(records).values(row)
+            return pg.on_conflict_do_update(index_elements=["scope", "key"], set_=sets).returning(
+                *_RETURNING
+            )
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        lite = sqlite_insert(records).values(row)
+        return lite.on_conflict_do_update(index_elements=["scope", "key"], set_=sets).returning(
+            *_RETURNING
+        )
+    from sqlalchemy.dialects.mysql import insert as mysql_insert
+
+    # Left to right: lease_token first (this claim's iff it takes over), the rest follow it.
+    ours = records.c.lease_token == values["lease_token"]
+    rest = [(n, sa.func.IF(ours, v, records.c[n])) for n, v in new.items() if n != "lease_token"]
+    decide = sa.func.IF(when, values["lease_token"], records.c.lease_token)
+    maria = mysql_insert(records).values(row)
+    return maria.on_duplicate_key_update([("lease_token", decide), *rest]).returning(*_RETURNING)
+
+
+#: What the claim returns: the record, its lease, and the database's clock.
+_RETURNING = (
+    *RECORD_COLUMNS,
+    records.c.lease_token,
+    records.c.lease_expires_at,
+    db_now().label("now"),
+)
+
+
+def _left(lease_expires_at: Any, now: Any) -> float | None:
+    """Seconds until the lease ends on the database clock (None: no lease)."""
+    if lease_expires_at is None or now is None:
+        return None
+    return max(0.0, float((lease_expires_at - now).total_seconds()))
+
+
+def first_fence() -> int:
     """A fencing token for a record claimed without a lock lease.
 
     Random (so a stale worker's token never matches a later claim's) and below
@@ -133,17 +160,3 @@ def _first_fence() -> int:
     1.7e15), so a lock holder can always take such a record over once its lease ends.
     """
     return secrets.randbelow(1 << 40) + 1
-
-
-def _insert_ignore(conn: AsyncConnection) -> Any:
-    """INSERT that does nothing (rowcount 0) when the primary key exists."""
-    name = conn.dialect.name
-    if name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-        return pg_insert(records).on_conflict_do_nothing(index_elements=["scope", "key"])
-    if name == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-        return sqlite_insert(records).on_conflict_do_nothing(index_elements=["scope", "key"])
-    return records.insert().prefix_with("IGNORE")  # MySQL / MariaDB

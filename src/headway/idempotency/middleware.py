@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable, Collection
 from typing import Any
@@ -10,7 +12,9 @@ from typing import Any
 from headway._errors import BackendUnavailable, LockLost, LockNotAcquired, LockNotOwned
 from headway._http import ASGIApp, Receive, Scope, Send, header_values, send_problem, send_response
 from headway.idempotency.capture import BodyTooLarge, Capture, read_body, replaying
-from headway.idempotency.record import ClaimOutcome, Record, StoredResponse
+from headway.idempotency.events import IdempotencyHook
+from headway.idempotency.hooks import emit
+from headway.idempotency.record import Claim, ClaimOutcome, Record, StoredResponse
 from headway.idempotency.renewal import RequestLeases
 from headway.idempotency.request import (
     InvalidKey,
@@ -40,12 +44,15 @@ HEADER = b"idempotency-key"
 class IdempotencyMiddleware:
     """Honour ``Idempotency-Key`` on ``methods`` (draft-ietf-httpapi-idempotency-key-header).
 
-    The first request with a key runs under a lock (renewed while it runs) and
+    The first request with a key claims its record (one statement, the lock taken
+    alongside), runs under a lease of ``lease_ttl`` s renewed every third of it, and
     its response is stored with a fenced write; a retry gets that response
-    back with ``Idempotent-Replayed: true``. A duplicate in flight gets 409
-    (or, with ``wait`` > 0 s, waits up to that long for the first to finish and
-    replays it), the same key on a different request 422, a missing key (when
-    ``required``) or a malformed one 400, all as ``application/problem+json``.
+    back with ``Idempotent-Replayed: true``. A duplicate in flight gets 409 with
+    ``Retry-After`` saying when the holder's lease ends at the latest (a dead
+    worker's key runs again after that), or, with ``wait`` > 0 s, waits up to that
+    long for the first to finish and replays it; the same key on a different
+    request gets 422, a missing key (when ``required``) or a malformed one 400, all
+    as ``application/problem+json``.
 
     ``store`` defaults to a SQLite file (``headway.sqlite3``) and
     ``lock_backend`` to the in-memory backend: one process. In production use
@@ -60,7 +67,9 @@ class IdempotencyMiddleware:
     When the database or the lock backend is down the answer is 503 with
     ``Retry-After`` and nothing is recorded; with ``database_fallback`` a lock
     backend outage is survived by excluding on the record's primary key and
-    its database lease alone.
+    its database lease alone. ``on_event`` is told of every claimed, replayed,
+    completed, released, conflict and key_reused outcome (``IdempotencyEvent``,
+    ``source="http"``); its errors are logged and swallowed.
     """
 
     def __init__(
@@ -72,13 +81,14 @@ class IdempotencyMiddleware:
         methods: Collection[str] = ("POST", "PATCH"),
         required: bool = False,
         scope_function: ScopeFunction = by_credentials,
-        lease_ttl: float = 30.0,
+        lease_ttl: float = 5.0,
         wait: float = 0.0,
         max_body: int = 1 << 20,
         max_request_body: int = 10 << 20,
         store_server_errors: bool = False,
         retry_after: int = 1,
         database_fallback: bool = False,
+        on_event: IdempotencyHook | None = None,
     ) -> None:
         self.app = app
         self.store = store or RecordStore.from_url("sqlite+aiosqlite:///headway.sqlite3")
@@ -93,6 +103,7 @@ class IdempotencyMiddleware:
         self.store_server_errors = store_server_errors
         self.retry_after = str(retry_after).encode()
         self.database_fallback = database_fallback
+        self.on_event = on_event
         Lock(self.lock_backend, "check", ttl=lease_ttl, timeout=wait)  # validates both
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -156,69 +167,98 @@ class IdempotencyMiddleware:
         if record is not None and await self._answer(record, request, send):
             return
         lock = Lock(self.lock_backend, request.resource, ttl=self.lease_ttl, timeout=self.wait)
+        # Without ``wait`` the lock's request overlaps the claim's: the record's primary key
+        # and fence decide who runs, so neither round trip waits for the other. With it,
+        # the lock comes first: it is what a duplicate waits on.
+        acquiring = asyncio.ensure_future(lock.acquire())
+        lease: Lease | None = None
         try:
-            lease: Lease | None = await lock.acquire()
-        except LockNotAcquired:
-            if self.wait > 0:  # the holder finished meanwhile, or the wait ran out
-                record = await self.store.get(request.caller, request.key)
-                if record is not None and record.status is Status.COMPLETED:
-                    await self._answer(record, request, send)
-                    return
-            await self._in_use(send)
+            if self.wait > 0:
+                lease = await self._locked(acquiring, None)
+            request.sent = time.monotonic()
+            claim = await self.store.claim(
+                request.caller, request.key, request.fingerprint,
+                fence=None, lease_token=new_token(), lease_ttl=self.lease_ttl,
+            )  # fmt: skip
+            if self.wait == 0:
+                lease = await self._locked(acquiring, claim, request)
+        except LockNotAcquired:  # waited in vain, or the holder finished meanwhile
+            record = await self.store.get(request.caller, request.key)
+            if record is None or not await self._answer(record, request, send):
+                await self._in_use(request, None, send)
             return
-        except BackendUnavailable as exc:
-            if exc.backend == "database" or not self.database_fallback:
-                raise
-            log.warning("lock backend down, excluding by the database alone: %s", exc)
-            lease = None
+        except BaseException:
+            await _abandon(acquiring, lock)
+            raise
         try:
-            ran = await self._claim_and_run(request, lock, lease, scope, receive, send)
+            if claim.outcome is ClaimOutcome.CLAIMED:
+                await self._claimed(request, claim, lock, lease, scope, receive, send)
+            elif claim.record is None or not await self._answer(claim.record, request, send):
+                await self._in_use(request, claim.lease_left, send)
         finally:
             if lease is not None:
                 await _release(lock, lease)
-        if not ran:
-            await self._in_use(send)
 
-    async def _in_use(self, send: Send) -> None:
+    async def _locked(
+        self, acquiring: asyncio.Future[Lease], claim: Claim | None, request: _Request | None = None
+    ) -> Lease | None:
+        """The lock lease, once taken; None when running without it.
+
+        After a ``claim`` (no ``wait``), a lock held elsewhere gives None: a record this
+        request claimed runs under its own lease (the peer holding the lock found the
+        record BUSY). A lock backend outage gives None with ``database_fallback`` or when
+        nothing was claimed; otherwise the claimed record is given back and it is raised.
+        """
+        try:
+            return await acquiring
+        except LockNotAcquired:
+            if claim is None:
+                raise
+            return None
+        except BackendUnavailable as exc:
+            claimed = claim is not None and claim.outcome is ClaimOutcome.CLAIMED
+            if self.database_fallback or (claim is not None and not claimed):
+                log.warning("lock backend down, excluding by the database alone: %s", exc)
+                return None
+            if claimed and claim is not None and claim.fence is not None and request is not None:
+                await self.store.release(request.caller, request.key, claim.fence)
+            raise
+
+    async def _in_use(self, request: _Request, lease_left: float | None, send: Send) -> None:
+        """409, with ``Retry-After`` when the holder's lease ends at the latest."""
+        await emit(self.on_event, "conflict", request.caller, request.key)
+        seconds = self.lease_ttl if lease_left is None else lease_left
         await send_problem(
             send, 409, "idempotency-key-in-use", "Request in progress",
             "A request with this Idempotency-Key is still being processed. Retry later.",
-            headers=[(b"retry-after", self.retry_after)],
+            headers=[(b"retry-after", str(max(1, math.ceil(seconds))).encode())],
         )  # fmt: skip
 
-    async def _claim_and_run(
+    async def _claimed(
         self,
         request: _Request,
+        claim: Claim,
         lock: Lock,
         lease: Lease | None,
         scope: Scope,
         receive: Receive,
         send: Send,
-    ) -> bool:
-        """Claim the record and run the app (``lease``: on ``lock``); False if someone has it."""
-        token = new_token() if lease is None else lease.token
-        sent = time.monotonic()
-        claim = await self.store.claim(
-            request.caller,
-            request.key,
-            request.fingerprint,
-            fence=None if lease is None else lease.fence,
-            lease_token=token,
-            lease_ttl=self.lease_ttl,
-        )
-        if claim.outcome is not ClaimOutcome.CLAIMED:
-            return claim.record is not None and await self._answer(claim.record, request, send)
+    ) -> None:
+        """Run the app on the record ``claim`` took, its lease (and the lock's) renewed."""
         assert claim.fence is not None
-        record = Lease(request.resource, token, claim.fence, sent + self.lease_ttl, self.lease_ttl)
+        await emit(self.on_event, "claimed", request.caller, request.key, claim.fence)
+        # The record's lease counted from when the claim was sent: never later than the database's.
+        deadline = request.sent + self.lease_ttl
+        record = Lease(request.resource, "", claim.fence, deadline, self.lease_ttl)
         held = None if lease is None else (lock, lease)
         leases = RequestLeases(self.store, request.caller, request.key, record, held)
         async with leases.watchdog(self.lease_ttl):
             await self._run(request, claim.fence, scope, receive, send)
-        return True
 
     async def _answer(self, record: Record, request: _Request, send: Send) -> bool:
         """Answer from an existing record: 422, a replay or 410; False if still in flight."""
         if record.fingerprint != request.fingerprint:
+            await emit(self.on_event, "key_reused", request.caller, request.key)
             await send_problem(
                 send, 422, "idempotency-key-reused", "Idempotency-Key reused",
                 "This Idempotency-Key was already used for a different request.",
@@ -227,6 +267,7 @@ class IdempotencyMiddleware:
         if record.status is not Status.COMPLETED or record.response is None:
             return False
         response = record.response
+        await emit(self.on_event, "replayed", request.caller, request.key, record.fence)
         if response.body is None:
             await send_problem(
                 send, 410, "idempotency-response-not-stored", "Response not stored",
@@ -249,7 +290,8 @@ class IdempotencyMiddleware:
             await self.app(scope, receive, capture.send)
         except BaseException:
             try:
-                await complete(self.store.release(request.caller, request.key, fence))
+                if await complete(self.store.release(request.caller, request.key, fence)):
+                    await emit(self.on_event, "released", request.caller, request.key, fence)
             except Exception as exc:  # the app's error matters more
                 log.warning("could not release an idempotency record: %s", exc)
             raise
@@ -257,7 +299,8 @@ class IdempotencyMiddleware:
         # 429: refused before it ran (say, by a rate limiter mounted inside): a retry must
         # run, not replay the refusal. 5xx: the work most likely did not happen either.
         if status is None or status == 429 or (status >= 500 and not self.store_server_errors):
-            await self.store.release(request.caller, request.key, fence)
+            if await self.store.release(request.caller, request.key, fence):
+                await emit(self.on_event, "released", request.caller, request.key, fence)
         else:
             stored = StoredResponse(status, storable_headers(capture.headers), capture.body)
             if not await self.store.complete(request.caller, request.key, fence, stored):
@@ -266,19 +309,21 @@ class IdempotencyMiddleware:
                     f"fence {fence} was superseded; the response was not stored",
                     resource=request.resource,
                 )
+            await emit(self.on_event, "completed", request.caller, request.key, fence)
         await capture.finish()
 
 
 class _Request:
     """One request with a key; ``capture`` is set once its app runs."""
 
-    __slots__ = ("caller", "capture", "fingerprint", "key")
+    __slots__ = ("caller", "capture", "fingerprint", "key", "sent")
 
     def __init__(self, caller: str, key: str, fingerprint: str) -> None:
         self.caller = caller
         self.key = key
         self.fingerprint = fingerprint
         self.capture: Capture | None = None
+        self.sent = 0.0  # when the last claim was sent (monotonic clock)
 
     @property
     def resource(self) -> str:
@@ -289,6 +334,15 @@ class _Request:
     def responded(self) -> bool:
         """Whether the client has seen the start of the app's response."""
         return self.capture is not None and self.capture.started
+
+
+async def _abandon(acquiring: asyncio.Future[Lease], lock: Lock) -> None:
+    """Give up the lock being taken (the claim failed): cancel it, or release what it took."""
+    if not acquiring.done():
+        acquiring.cancel()  # what it may still take lapses by its TTL
+        return
+    if not acquiring.cancelled() and acquiring.exception() is None:
+        await _release(lock, acquiring.result())
 
 
 async def _release(lock: Lock, lease: Lease) -> None:

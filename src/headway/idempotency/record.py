@@ -52,6 +52,8 @@ class Claim:
     record: Record | None = None
     #: On CLAIMED: the fencing token the record now carries (the caller's, or the store's pick).
     fence: int | None = None
+    #: On BUSY: seconds until the holder's lease ends at the latest (database clock), if known.
+    lease_left: float | None = None
 
 
 #: The columns a Record is read from, in ``read``'s order (scope and key are the caller's).

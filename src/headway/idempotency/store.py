@@ -1,7 +1,8 @@
 """``RecordStore``: the idempotency records over an async SQLAlchemy engine.
 
-Each operation is one transaction (a read: one autocommitted statement on
-PostgreSQL), bounded by the store's timeout, with outages reported as
+Each operation is one statement (autocommitted on PostgreSQL: no BEGIN and COMMIT
+round trips; purge and MySQL's claim are a transaction), bounded by the store's
+timeout, with outages reported as
 ``BackendUnavailable(backend="database")``. What the statements are lives beside
 it: ``claim`` (taking a record), ``writes`` (settling it) and ``record`` (values).
 """
@@ -18,7 +19,7 @@ from sqlalchemy.sql.dml import UpdateBase
 
 from headway._errors import BackendUnavailable
 from headway.idempotency import writes
-from headway.idempotency.claim import claim_record
+from headway.idempotency.claim import claim_record, one_statement
 from headway.idempotency.record import GET, Claim, Record, StoredResponse, read
 from headway.idempotency.table import metadata
 
@@ -50,11 +51,11 @@ class RecordStore:
         self.engine = engine
         self.ttl = float(ttl)
         self.timeout = float(timeout)
-        # Reads are one statement each. On PostgreSQL they run autocommitted: no BEGIN and
-        # COMMIT round trips, and its async drivers switch that with a flag, not a command.
-        # Elsewhere switching would cost round trips (MySQL) or a thread hop (SQLite),
-        # while their implicit transaction costs no more than a plain connection's.
-        self._reader = (
+        # Every operation but purge is one statement. On PostgreSQL those run autocommitted:
+        # no BEGIN and COMMIT round trips, and its async drivers switch that with a flag, not
+        # a command. Elsewhere switching would cost round trips (MySQL) or a thread hop
+        # (SQLite), while their implicit transaction costs no more than a plain connection's.
+        self._single = (
             engine.execution_options(isolation_level="AUTOCOMMIT")
             if engine.dialect.name == "postgresql"
             else engine
@@ -82,15 +83,17 @@ class RecordStore:
         async with self.engine.begin() as conn:
             await conn.run_sync(metadata.create_all)
 
-    async def _run(self, op: Callable[[AsyncConnection], Awaitable[T]], *, read: bool = False) -> T:
-        """``op`` in a transaction (``read``: on a reading connection), within ``timeout``."""
+    async def _run(
+        self, op: Callable[[AsyncConnection], Awaitable[T]], *, single: bool = True
+    ) -> T:
+        """``op`` within ``timeout``: one statement (``single``), or a transaction."""
         try:
             async with asyncio.timeout(self.timeout):
                 if self._create:
                     self._create = False
                     await self.create_table()
-                if read:
-                    async with self._reader.connect() as conn:
+                if single and self._single is not self.engine:
+                    async with self._single.connect() as conn:
                         return await op(conn)
                 async with self.engine.begin() as conn:
                     return await op(conn)
@@ -118,7 +121,7 @@ class RecordStore:
             row = (await conn.execute(GET, {"scope": scope, "key": key})).first()
             return None if row is None else read(row, scope, key)
 
-        return await self._run(op, read=True)
+        return await self._run(op)
 
     async def claim(
         self,
@@ -138,7 +141,9 @@ class RecordStore:
         seconds on the database clock; keep it alive with ``renew``. An expired
         record is replaced; a PROCESSING record whose lease ran out (its worker
         died or stalled) is taken over with a newer token; a COMPLETED one is
-        returned for replay. A different fingerprint gives MISMATCH.
+        returned for replay. A different fingerprint gives MISMATCH; a live holder BUSY,
+        with ``lease_left``. One statement (one round trip) on PostgreSQL, SQLite and
+        MariaDB.
         """
 
         async def op(conn: AsyncConnection) -> Claim:
@@ -147,7 +152,7 @@ class RecordStore:
                 fence=fence, lease_token=lease_token, lease_ttl=lease_ttl, ttl=self.ttl,
             )  # fmt: skip
 
-        return await self._run(op)
+        return await self._run(op, single=one_statement(self.engine.dialect))
 
     async def renew(self, scope: str, key: str, fence: int, lease_ttl: float) -> bool:
         """Extend our PROCESSING record's lease to ``lease_ttl`` s from now (database clock).
@@ -168,6 +173,16 @@ class RecordStore:
         """Delete our PROCESSING record so a retry runs again; False if it is not ours."""
         return await self._accepted(writes.release(scope, key, fence))
 
+    async def forget(self, scope: str, key: str, *, force: bool = False) -> bool:
+        """Delete the record of (scope, key) so the key runs again; whether one was removed.
+
+        For support staff letting a customer retry. A record still in flight
+        (PROCESSING under a live lease) is kept unless ``force``: removing it would let
+        a retry run while the first execution still runs. Even forced, that first
+        execution cannot store its result afterwards (its fenced write finds no record).
+        """
+        return await self._accepted(writes.forget(scope, key, force=force))
+
     async def purge(self, *, batch_size: int = 1000) -> int:
         """Delete expired records in batches of ``batch_size``; return how many."""
         if batch_size < 1:
@@ -178,7 +193,7 @@ class RecordStore:
 
         total = 0
         while True:
-            picked, deleted = await self._run(op)
+            picked, deleted = await self._run(op, single=False)
             total += deleted
             if picked < batch_size:
                 return total

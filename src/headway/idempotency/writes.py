@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from headway.idempotency.record import StoredResponse
 from headway.idempotency.table import Status, db_now, records, row_of
 
-__all__ = ["complete", "purge_batch", "release", "renew"]
+__all__ = ["complete", "forget", "purge_batch", "release", "renew"]
 
 
 def _ours(scope: str, key: str, fence: int) -> sa.ColumnElement[bool]:
@@ -52,6 +52,22 @@ def complete(scope: str, key: str, fence: int, response: StoredResponse, ttl: fl
 def release(scope: str, key: str, fence: int) -> sa.Delete:
     """Delete our record, so a retry runs again."""
     return records.delete().where(_ours(scope, key, fence))
+
+
+def forget(scope: str, key: str, *, force: bool) -> sa.Delete:
+    """Delete the record of (scope, key); unless ``force``, not while its lease lives."""
+    delete = records.delete().where(row_of(scope, key))
+    if force:
+        return delete
+    lease = records.c.lease_expires_at
+    return delete.where(
+        sa.or_(
+            records.c.status == Status.COMPLETED.value,
+            lease.is_(None),
+            lease <= db_now(),
+            records.c.expires_at <= db_now(),
+        )
+    )
 
 
 async def purge_batch(conn: AsyncConnection, batch_size: int) -> tuple[int, int]:
