@@ -7,13 +7,19 @@ from headway._errors import (
     BackendUnavailable,
     ConcurrencyLimitExceeded,
     HeadwayError,
+    IdempotencyError,
+    IdempotencyInProgress,
+    IdempotencyKeyReused,
     LockError,
     LockLost,
     LockNotAcquired,
     LockNotOwned,
+    ResultNotSerializable,
 )
 from headway.idempotency.events import IdempotencyEvent, IdempotencyEventKind, IdempotencyHook
+from headway.idempotency.function import IdempotentDecorator, idempotent_function
 from headway.idempotency.middleware import IdempotencyMiddleware, idempotent
+from headway.idempotency.serializers import JsonSerializer, Serializer
 from headway.idempotency.store import RecordStore
 from headway.lock.backends.memory import MemoryLockBackend
 from headway.lock.backends.postgres import PostgresLockBackend
@@ -68,11 +74,16 @@ __all__ = [
     "FakeClock",
     "FixedWindow",
     "HeadwayError",
+    "IdempotencyError",
     "IdempotencyEvent",
     "IdempotencyEventKind",
     "IdempotencyHook",
+    "IdempotencyInProgress",
+    "IdempotencyKeyReused",
     "IdempotencyMiddleware",
+    "IdempotentDecorator",
     "Identity",
+    "JsonSerializer",
     "LeakyBucket",
     "Lease",
     "LimiterSettings",
@@ -97,7 +108,9 @@ __all__ = [
     "RedisLockBackend",
     "RedisRateLimitBackend",
     "RedlockBackend",
+    "ResultNotSerializable",
     "Rule",
+    "Serializer",
     "SlidingCounter",
     "SlidingLog",
     "Source",
@@ -115,5 +128,6 @@ __all__ = [
     "fenced_update_statement",
     "fenced_update_sync",
     "idempotent",
+    "idempotent_function",
     "rate_limit",
 ]
