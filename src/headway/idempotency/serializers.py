@@ -46,7 +46,7 @@ class JsonSerializer:
         try:
             text = json.dumps(value, default=_refuse, allow_nan=False, separators=(",", ":"))
         except ValueError as exc:  # NaN, infinity, a circular reference
-            raise TypeError(f"{exc} (not storable as JSON)") from None
+            raise TypeError(f"{exc}: JSON has no NaN, no infinity, no circular values") from None
         _check_keys_only(value)  # after dumps, which refuses circular values first
         return text.encode()
 
