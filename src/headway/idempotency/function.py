@@ -113,25 +113,29 @@ def idempotent_function(
             wait_timeout if on_conflict == "wait" else 0.0,
             serializer or JsonSerializer(), store_errors, on_event,
         )  # fmt: skip
-        identity = CallIdentity(fn, key, ignore)
-        if inspect.iscoroutinefunction(fn):
-            body = cast(Callable[..., Awaitable[Any]], fn)
-
-            @functools.wraps(fn)
-            async def run_async(*args: Any, **kwargs: Any) -> Any:
-                key, fingerprint = identity(args, kwargs)
-                return await runner.execute(key, fingerprint, lambda: body(*args, **kwargs))
-
-            return cast(Callable[P, R], run_async)
-
-        @functools.wraps(fn)
-        def run_sync(*args: Any, **kwargs: Any) -> Any:
-            key, fingerprint = identity(args, kwargs)
-            return runner.execute_sync(key, fingerprint, lambda: fn(*args, **kwargs))
-
-        return cast(Callable[P, R], run_sync)
+        return _wrap(fn, runner, CallIdentity(fn, key, ignore))
 
     return decorate
+
+
+def _wrap(fn: Callable[P, R], runner: _Runner, identity: CallIdentity) -> Callable[P, R]:
+    """``fn`` made idempotent: an async wrapper for a coroutine function, else a sync one."""
+    if inspect.iscoroutinefunction(fn):
+        body = cast(Callable[..., Awaitable[Any]], fn)
+
+        @functools.wraps(fn)
+        async def run_async(*args: Any, **kwargs: Any) -> Any:
+            key, fingerprint = identity(args, kwargs)
+            return await runner.execute(key, fingerprint, lambda: body(*args, **kwargs))
+
+        return cast(Callable[P, R], run_async)
+
+    @functools.wraps(fn)
+    def run_sync(*args: Any, **kwargs: Any) -> Any:
+        key, fingerprint = identity(args, kwargs)
+        return runner.execute_sync(key, fingerprint, lambda: fn(*args, **kwargs))
+
+    return cast(Callable[P, R], run_sync)
 
 
 def _with_ttl(store: RecordStore, ttl: float) -> RecordStore:
