@@ -277,30 +277,30 @@ async def test_namespaces_keep_keys_apart(kit: Kit) -> None:
 async def test_a_result_expires_after_ttl(kit: Kit) -> None:
     runs = 0
 
-    @kit.decorator(ttl=1.0)
+    @kit.decorator(ttl=2.0)
     async def job(day: str) -> int:
         nonlocal runs
         runs += 1
         return runs
 
     assert await job("2026-11-24") == 1
-    assert await job("2026-11-24") == 1  # well within the second
-    await asyncio.sleep(1.3)  # past the TTL on the database clock, with a margin
+    assert await job("2026-11-24") == 1  # well within the 2 s
+    await asyncio.sleep(2.5)  # past the TTL on the database clock, with a margin
     assert await job("2026-11-24") == 2
 
 
 async def test_the_lease_is_renewed_while_the_body_runs(kit: Kit) -> None:
     inside = asyncio.Event()
 
-    @kit.decorator(lease_ttl=0.3)
+    @kit.decorator(lease_ttl=1.0)
     async def slow(x: int) -> int:
         inside.set()
-        await asyncio.sleep(1.0)  # more than three lease lengths
+        await asyncio.sleep(2.2)  # more than two lease lengths
         return x
 
     first = asyncio.ensure_future(slow(1))
     await inside.wait()
-    await asyncio.sleep(0.7)  # the 0.3 s leases would have ended twice without renewal
+    await asyncio.sleep(1.5)  # the first 1 s leases ended 0.5 s ago, unless renewed
     with pytest.raises(IdempotencyInProgress):
         await slow(1)
     assert await first == 1
