@@ -39,3 +39,21 @@ def test_demo_idempotency_scene(capsys: pytest.CaptureFixture[str]) -> None:
     assert re.search(r"duplicate while in flight +-> 409 \S+/idempotency-key-in-use", out)
     assert re.search(r"same key, new body +-> 422 \S+/idempotency-key-reused", out)
     assert "charged 2 times for 5 requests" in out
+
+
+def test_demo_function_scene(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "function"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(
+        r"m-1 redelivered +-> \{'invoice': 'm-1', 'emails_sent': 1\} +\[replayed\]", out
+    )
+    assert re.search(
+        r"5 times at once +-> 1 distinct answer +\[claimed, completed(, replayed){4}\]", out
+    )
+    assert re.search(r"mail server down\) +-> ConnectionError.*\[claimed, released\]", out)
+    assert re.search(r"m-3 redelivered +-> .*\[claimed, completed\]", out)
+    assert "IdempotencyKeyReused  [key_reused]" in out
+    assert "ResultNotSerializable (a value of type datetime.date is not JSON)" in out
+    assert "emails sent: 3 for 10 deliveries of 3 messages" in out
+    assert re.search(r"2nd thread while the 1st runs +-> IdempotencyInProgress", out)
+    assert "report-2026-11-24.csv (ran 1 time)" in out

@@ -1,5 +1,6 @@
 """The examples run as documented (on the embedded defaults and on Redis)."""
 
+import asyncio
 import os
 import runpy
 import subprocess
@@ -10,6 +11,9 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from headway.idempotency.table import metadata
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
@@ -35,6 +39,29 @@ def test_standalone_lock_in_memory() -> None:
 def test_standalone_lock_on_redis(redis_url: str) -> None:
     out = run("standalone_lock.py", HEADWAY_REDIS_URL=redis_url)
     assert "balance 500 after 50 deposits" in out
+
+
+async def create_table(url: str) -> None:
+    engine = create_async_engine(url)
+    async with engine.begin() as conn:
+        await conn.run_sync(metadata.create_all)
+    await engine.dispose()
+
+
+def test_webhook_consumer_on_the_embedded_defaults() -> None:
+    out = run("webhook_consumer.py", HEADWAY_DATABASE_URL="", HEADWAY_REDIS_URL="")
+    assert "12 deliveries of 4 events: 4 orders shipped" in out
+    assert out.count("warehouse unavailable") == 1
+    assert out.count("every delivery answered ['shp_") == 4  # one answer per event
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_webhook_consumer_on_postgresql_and_redis(postgres_url: str, redis_url: str) -> None:
+    asyncio.run(create_table(postgres_url))  # what `headway migrate` does in production
+    out = run("webhook_consumer.py", HEADWAY_DATABASE_URL=postgres_url, HEADWAY_REDIS_URL=redis_url)
+    assert "12 deliveries of 4 events: 4 orders shipped" in out
+    assert out.count("every delivery answered ['shp_") == 4
 
 
 @pytest.fixture

@@ -18,13 +18,19 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         BackendUnavailable,
         ConcurrencyLimitExceeded,
         HeadwayError,
+        IdempotencyError,
+        IdempotencyInProgress,
+        IdempotencyKeyReused,
         LockError,
         LockLost,
         LockNotAcquired,
         LockNotOwned,
+        ResultNotSerializable,
     )
     from headway.idempotency.events import IdempotencyEvent, IdempotencyEventKind, IdempotencyHook
+    from headway.idempotency.function import IdempotentDecorator, idempotent_function
     from headway.idempotency.middleware import IdempotencyMiddleware, idempotent
+    from headway.idempotency.serializers import JsonSerializer, Serializer
     from headway.idempotency.store import RecordStore
     from headway.lock.backends.etcd.backend import EtcdLockBackend
     from headway.lock.backends.memory import MemoryLockBackend
@@ -77,6 +83,10 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "BackendUnavailable",
         "ConcurrencyLimitExceeded",
         "HeadwayError",
+        "IdempotencyError",
+        "IdempotencyInProgress",
+        "IdempotencyKeyReused",
+        "ResultNotSerializable",
         "LockError",
         "LockLost",
         "LockNotAcquired",
@@ -137,6 +147,14 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway.metrics.prometheus": ("PrometheusMetrics",),
     "headway.lock.backends.etcd.backend": ("EtcdLockBackend",),
     "headway.lock.backends.zookeeper.backend": ("ZooKeeperLockBackend",),
+    "headway.idempotency.function": (
+        "IdempotentDecorator",
+        "idempotent_function",
+    ),
+    "headway.idempotency.serializers": (
+        "JsonSerializer",
+        "Serializer",
+    ),
 }
 _SOURCE = {name: module for module, names in _MODULES.items() for name in names}
 
@@ -156,11 +174,16 @@ __all__ = [
     "FakeClock",
     "FixedWindow",
     "HeadwayError",
+    "IdempotencyError",
     "IdempotencyEvent",
     "IdempotencyEventKind",
     "IdempotencyHook",
+    "IdempotencyInProgress",
+    "IdempotencyKeyReused",
     "IdempotencyMiddleware",
+    "IdempotentDecorator",
     "Identity",
+    "JsonSerializer",
     "LeakyBucket",
     "Lease",
     "LimiterSettings",
@@ -195,7 +218,9 @@ __all__ = [
     "RedlockBackend",
     "RefusalContext",
     "RefusalHook",
+    "ResultNotSerializable",
     "Rule",
+    "Serializer",
     "SlidingCounter",
     "SlidingLog",
     "Source",
@@ -214,6 +239,7 @@ __all__ = [
     "fenced_update_statement",
     "fenced_update_sync",
     "idempotent",
+    "idempotent_function",
     "rate_limit",
 ]
 

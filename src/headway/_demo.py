@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import StaticPool
 
+from headway._demo_function import function_scene
 from headway._demo_ratelimit import Say, ratelimit_scene
 from headway._http import ASGIApp, Message, Receive, Scope, Send, send_response
 from headway.lock.backends.memory import MemoryLockBackend
@@ -150,7 +151,12 @@ def _ok(accepted: bool) -> str:
     return "accepted" if accepted else "REJECTED (stale fencing token)"
 
 
-SCENES = {"lock": lock_scene, "ratelimit": ratelimit_scene, "idempotency": idempotency_scene}
+SCENES = {
+    "lock": lock_scene,
+    "ratelimit": ratelimit_scene,
+    "idempotency": idempotency_scene,
+    "function": function_scene,
+}
 
 
 async def run(scenes: list[str], say: Say = print) -> None:

@@ -3,6 +3,11 @@
     HeadwayError                  catch-all for headway's own failures
     ├── BackendUnavailable        Redis or the database is down, or slower than its budget
     ├── ConcurrencyLimitExceeded  ``ConcurrencyLimiter.hold`` found no free slot (``.admission``)
+    ├── IdempotencyError          an idempotent function's call was refused (``.key``)
+    │   ├── IdempotencyInProgress the same key is running elsewhere (``on_conflict="raise"``,
+    │   │                         or the wait ran out)
+    │   ├── IdempotencyKeyReused  the key was used before with different arguments
+    │   └── ResultNotSerializable the serializer cannot store the result (also a TypeError)
     └── LockError                 something about one lock (``.resource`` names it)
         ├── LockNotAcquired       ``acquire`` gave up: timeout elapsed, or no quorum
         ├── LockNotOwned          release/extend of a lease that is no longer held
@@ -22,10 +27,14 @@ __all__ = [
     "BackendUnavailable",
     "ConcurrencyLimitExceeded",
     "HeadwayError",
+    "IdempotencyError",
+    "IdempotencyInProgress",
+    "IdempotencyKeyReused",
     "LockError",
     "LockLost",
     "LockNotAcquired",
     "LockNotOwned",
+    "ResultNotSerializable",
 ]
 
 
@@ -53,6 +62,30 @@ class ConcurrencyLimitExceeded(HeadwayError):
     def __init__(self, message: str, *, admission: Admission) -> None:
         super().__init__(message)
         self.admission = admission
+
+
+class IdempotencyError(HeadwayError):
+    """An idempotent function's call was refused; ``namespace`` and ``key`` name the record."""
+
+    def __init__(self, message: str, *, namespace: str, key: str) -> None:
+        super().__init__(message)
+        self.namespace = namespace
+        self.key = key
+
+
+class IdempotencyInProgress(IdempotencyError):
+    """A call with the same key is running elsewhere; the body did not run here. Retry later."""
+
+
+class IdempotencyKeyReused(IdempotencyError):
+    """The key was used before for a call with different arguments; nothing ran."""
+
+
+class ResultNotSerializable(IdempotencyError, TypeError):
+    """The serializer cannot store the body's result; nothing was stored, the key is free again.
+
+    The body did run: its side effects happened, only its result was not kept.
+    """
 
 
 class LockError(HeadwayError):
