@@ -18,7 +18,6 @@ import functools
 import inspect
 import logging
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar, cast
 
@@ -199,8 +198,6 @@ class _Runner:
 
     async def execute(self, key: str, fingerprint: str, body: Callable[[], Awaitable[Any]]) -> Any:
         """Replay the key's stored result, or claim it and run ``body`` once."""
-        if self.store._create:
-            await _table_created(self.store)
         record = await self.store.get(self.scope, key)
         if record is not None:
             answer = await self._answer(record, key, fingerprint)
@@ -327,23 +324,6 @@ class _Runner:
                 await result
         except Exception:  # metrics must never change what the caller gets
             log.exception("the idempotency on_event hook raised")
-
-
-_creating: weakref.WeakKeyDictionary[RecordStore, asyncio.Future[None]]
-_creating = weakref.WeakKeyDictionary()
-
-
-async def _table_created(store: RecordStore) -> None:
-    """Create an embedded store's table once, however many calls arrive first.
-
-    ``RecordStore`` creates it on its first operation, but calls that arrive while
-    that one runs would query before the table exists; they wait for it here.
-    """
-    creating = _creating.get(store)
-    if creating is None or (creating.done() and creating.exception() is not None):
-        creating = _creating[store] = asyncio.ensure_future(store.create_table())
-    await asyncio.shield(creating)
-    store._create = False
 
 
 async def _release_lock(lock: Lock, lease: Lease) -> None:

@@ -83,6 +83,17 @@ class RecordStore:
         async with self.engine.begin() as conn:
             await conn.run_sync(metadata.create_all)
 
+    _creating: asyncio.Future[None] | None = None
+
+    async def _table_ready(self) -> None:
+        """Create an embedded store's table once; calls that arrive meanwhile wait for it
+        (clearing the flag first let them query a table that did not exist yet)."""
+        creating = self._creating
+        if creating is None or (creating.done() and creating.exception() is not None):
+            creating = self._creating = asyncio.ensure_future(self.create_table())
+        await asyncio.shield(creating)
+        self._create = False
+
     async def _run(
         self, op: Callable[[AsyncConnection], Awaitable[T]], *, single: bool = True
     ) -> T:
@@ -90,8 +101,7 @@ class RecordStore:
         try:
             async with asyncio.timeout(self.timeout):
                 if self._create:
-                    self._create = False
-                    await self.create_table()
+                    await self._table_ready()
                 if single and self._single is not self.engine:
                     async with self._single.connect() as conn:
                         return await op(conn)
