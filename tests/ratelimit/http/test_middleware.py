@@ -22,6 +22,8 @@ from tests.ratelimit.apps import AppFactory, Calls, client, fastapi_app, sf_list
 
 pytestmark = pytest.mark.anyio
 
+# Fixed windows are aligned to the clock: tests that expect a refusal after N requests
+# use day-long windows, so a minute boundary between two requests cannot reset them.
 TEN = FixedWindow(limit=10, window=60.0)
 THREE = FixedWindow(limit=3, window=60.0)
 
@@ -123,10 +125,12 @@ async def test_templates_inside_mounts_and_routers(make_app: AppFactory) -> None
 async def test_globs_regexes_methods_and_exemptions(make_app: AppFactory) -> None:
     calls = Calls()
     rules = [
-        Rule(FixedWindow(limit=1, window=60.0), routes=["/v2/*"], name="v2"),
-        Rule(FixedWindow(limit=1, window=60.0), routes=[re.compile(r"^/orders/")], name="orders"),
-        Rule(FixedWindow(limit=1, window=60.0), methods=["POST"], name="writes"),
-        Rule(FixedWindow(limit=1, window=60.0), routes=["/users/*"], exempt=["/users/{id}"]),
+        Rule(FixedWindow(limit=1, window=86_400.0), routes=["/v2/*"], name="v2"),
+        Rule(
+            FixedWindow(limit=1, window=86_400.0), routes=[re.compile(r"^/orders/")], name="orders"
+        ),
+        Rule(FixedWindow(limit=1, window=86_400.0), methods=["POST"], name="writes"),
+        Rule(FixedWindow(limit=1, window=86_400.0), routes=["/users/*"], exempt=["/users/{id}"]),
     ]
     app = make_app(calls, rules=rules, exempt=["/health"])
     async with client(app) as http:
@@ -166,7 +170,7 @@ async def test_costs_constant_and_computed(make_app: AppFactory) -> None:
 async def test_api_keys_get_their_own_quotas_and_keyless_requests_fall_back(
     make_app: AppFactory,
 ) -> None:
-    rules = [Rule(FixedWindow(limit=2, window=60.0), identity=[ApiKey(), lambda _: "anon"])]
+    rules = [Rule(FixedWindow(limit=2, window=86_400.0), identity=[ApiKey(), lambda _: "anon"])]
     app = make_app(Calls(), rules=rules)
     async with client(app) as http:
         alice = [await http.get("/users/1", headers={"x-api-key": "alice"}) for _ in range(3)]
@@ -181,7 +185,7 @@ async def test_an_identity_returning_none_skips_the_rule(make_app: AppFactory) -
     async def nobody(scope: Scope) -> str | None:
         return None
 
-    app = make_app(Calls(), rules=[Rule(FixedWindow(limit=1, window=60.0), identity=nobody)])
+    app = make_app(Calls(), rules=[Rule(FixedWindow(limit=1, window=86_400.0), identity=nobody)])
     async with client(app) as http:
         responses = [await http.get("/users/1") for _ in range(3)]
     assert [r.status_code for r in responses] == [200] * 3
@@ -217,7 +221,7 @@ async def test_shadow_mode_reports_and_sets_headers_but_never_refuses(
 
 
 async def test_one_rule_in_shadow_mode(make_app: AppFactory) -> None:
-    rules = [Rule(FixedWindow(limit=1, window=60.0), name="trial", shadow=True), Rule(THREE)]
+    rules = [Rule(FixedWindow(limit=1, window=86_400.0), name="trial", shadow=True), Rule(THREE)]
     app = make_app(Calls(), rules=rules)
     async with client(app) as http:
         statuses = [(await http.get("/users/1")).status_code for _ in range(4)]
@@ -233,7 +237,7 @@ async def test_the_hook_sees_every_decision_and_may_be_async_or_broken(
         seen.append((event.rule, event.outcome, event.route, event.identity, event.cost))
         raise RuntimeError("a broken metrics exporter")
 
-    app = make_app(Calls(), rules=[Rule(FixedWindow(limit=1, window=60.0))], on_decision=hook)
+    app = make_app(Calls(), rules=[Rule(FixedWindow(limit=1, window=86_400.0))], on_decision=hook)
     async with client(app, ip="198.51.100.7") as http:
         statuses = [(await http.get("/users/3")).status_code for _ in range(2)]
     assert statuses == [200, 429]
@@ -245,7 +249,7 @@ async def test_the_hook_sees_every_decision_and_may_be_async_or_broken(
 
 
 async def test_counts_by_rule_and_outcome(make_app: AppFactory) -> None:
-    app = make_app(Calls(), rules=[Rule(FixedWindow(limit=1, window=60.0), name="api")])
+    app = make_app(Calls(), rules=[Rule(FixedWindow(limit=1, window=86_400.0), name="api")])
     async with client(app) as http:
         for _ in range(3):
             await http.get("/users/1")
@@ -266,7 +270,7 @@ async def test_lifespan_and_other_scopes_pass_through() -> None:
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         seen.append(scope["type"])
 
-    middleware = RateLimitMiddleware(app, rules=[Rule(FixedWindow(limit=1, window=60.0))])
+    middleware = RateLimitMiddleware(app, rules=[Rule(FixedWindow(limit=1, window=86_400.0))])
     for _ in range(3):
         await middleware({"type": "lifespan"}, None, None)  # type: ignore[arg-type]
         await middleware({"type": "websocket", "path": "/ws"}, None, None)  # type: ignore[arg-type]
@@ -278,7 +282,7 @@ async def test_a_plain_asgi_app_is_limited_on_its_raw_path() -> None:
         await send({"type": "http.response.start", "status": 204, "headers": []})
         await send({"type": "http.response.body", "body": b""})
 
-    rules = [Rule(FixedWindow(limit=1, window=60.0), routes=["/ping"])]
+    rules = [Rule(FixedWindow(limit=1, window=86_400.0), routes=["/ping"])]
     async with client(RateLimitMiddleware(app, rules=rules)) as http:
         statuses = [(await http.get("/ping")).status_code for _ in range(2)]
         other = await http.get("/pong")
@@ -288,7 +292,7 @@ async def test_a_plain_asgi_app_is_limited_on_its_raw_path() -> None:
 
 async def test_websocket_connection_attempts_can_be_limited() -> None:
     calls = Calls()
-    app = starlette_app(calls, rules=[Rule(FixedWindow(limit=1, window=60.0))], websocket=True)
+    app = starlette_app(calls, rules=[Rule(FixedWindow(limit=1, window=86_400.0))], websocket=True)
     transcripts = [await websocket_attempt(app) for _ in range(2)]
     assert transcripts[0][0]["type"] == "websocket.accept"
     assert sf_list(header(transcripts[0][0], b"ratelimit"))["default"]["r"] == 0
@@ -357,7 +361,7 @@ async def test_a_route_function_names_templates_for_other_frameworks() -> None:
         parts = scope["path"].split("/")
         return "/items/{id}" if len(parts) == 3 and parts[1] == "items" else None
 
-    rules = [Rule(FixedWindow(limit=2, window=60.0), routes=["/items/{id}"], per="route")]
+    rules = [Rule(FixedWindow(limit=2, window=86_400.0), routes=["/items/{id}"], per="route")]
     middleware = RateLimitMiddleware(app, rules=rules, route=template)
     async with client(middleware) as http:
         statuses = [(await http.get(f"/items/{i}")).status_code for i in range(3)]
