@@ -25,7 +25,7 @@ from typing import Any
 
 from headway.idempotency.request import MAX_KEY_LENGTH
 
-__all__ = ["CallIdentity", "canonical"]
+__all__ = ["CallIdentity", "canonical", "check_str_keys"]
 
 
 def _tagged(value: Any) -> Any:
@@ -49,24 +49,24 @@ def _tagged(value: Any) -> Any:
     raise TypeError(f"{type(value).__module__}.{type(value).__qualname__}")
 
 
-def _check_keys(value: Any) -> Any:
+def check_str_keys(value: Any) -> Any:
     """Reject dicts whose keys JSON would silently turn into strings (1 and "1" would collide)."""
     if isinstance(value, Mapping):
         for k, v in value.items():
             if not isinstance(k, str):
                 raise TypeError(f"dict key of type {type(k).__qualname__} (keys must be str)")
-            _check_keys(v)
+            check_str_keys(v)
     elif isinstance(value, list | tuple):
         for v in value:
-            _check_keys(v)
+            check_str_keys(v)
     return value
 
 
 def canonical(value: Any) -> str:
     """``value`` as canonical JSON text; TypeError naming what has no stable encoding."""
     return json.dumps(
-        _check_keys(value),
-        default=lambda v: _check_keys(_tagged(v)),
+        check_str_keys(value),
+        default=lambda v: check_str_keys(_tagged(v)),
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,

@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from headway.idempotency.arguments import canonical
+from headway.idempotency.arguments import canonical, check_str_keys
 
 __all__ = ["JsonSerializer", "Serializer", "dump_error", "load_error"]
 
@@ -47,24 +47,12 @@ class JsonSerializer:
             text = json.dumps(value, default=_refuse, allow_nan=False, separators=(",", ":"))
         except ValueError as exc:  # NaN, infinity, a circular reference
             raise TypeError(f"{exc}: JSON has no NaN, no infinity, no circular values") from None
-        _check_keys_only(value)  # after dumps, which refuses circular values first
+        check_str_keys(value)  # after dumps, which refuses circular values first
         return text.encode()
 
     def loads(self, data: bytes) -> Any:
         """The value ``dumps`` wrote."""
         return json.loads(data)
-
-
-def _check_keys_only(value: Any) -> None:
-    """TypeError if a dict anywhere in ``value`` has a key that is not a str."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise TypeError(f"a dict key of type {type(k).__qualname__} is not JSON (use str)")
-            _check_keys_only(v)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            _check_keys_only(v)
 
 
 def _qualified(cls: type) -> str:
