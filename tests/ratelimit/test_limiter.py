@@ -105,7 +105,8 @@ async def test_wait_is_admitted_after_the_refill(make_backend: BackendFactory) -
 async def test_wait_gives_up_at_once_when_the_timeout_is_too_short(
     make_backend: BackendFactory,
 ) -> None:
-    limiter = RateLimiter(FixedWindow(1, 3600.0), backend=make_backend())
+    # A day-long window: an hour boundary once reset the window mid-test.
+    limiter = RateLimiter(FixedWindow(1, 86_400.0), backend=make_backend())
     await limiter.hit("k")
     decision = await limiter.wait("k", timeout=0.5)
     assert not decision.allowed
