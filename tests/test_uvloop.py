@@ -14,6 +14,7 @@ import pytest
 from redis import asyncio as aioredis
 
 from headway import FixedWindow, Lock, RateLimiter, RedisLockBackend, RedisRateLimitBackend
+from tests.windows import NO_ROLLOVER
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 
@@ -32,7 +33,7 @@ async def test_the_loop_is_uvloop() -> None:
 async def test_concurrent_hits_are_counted_exactly(redis_client: aioredis.Redis) -> None:
     backend = RedisRateLimitBackend(redis_client)
     assert backend.coalesce  # headway's own connection, not redis-py's
-    limiter = RateLimiter(FixedWindow(300, 3600.0), backend=backend)
+    limiter = RateLimiter(FixedWindow(300, NO_ROLLOVER), backend=backend)
     decisions = await asyncio.gather(*(limiter.hit("k") for _ in range(1000)))
     assert sum(d.allowed for d in decisions) == 300
     assert backend._wires.wire().requests >= 1000  # all of them over headway's connection

@@ -31,6 +31,7 @@ from headway import (
 )
 from tests.metrics.conftest import Exported
 from tests.servers import free_port
+from tests.windows import NO_ROLLOVER
 
 pytestmark = pytest.mark.anyio
 
@@ -52,7 +53,9 @@ def app_with(exported: Exported, rule: Rule, backend: object = None) -> httpx.As
 
 
 async def test_decisions_and_refusals_are_counted_by_rule_and_outcome(exported: Exported) -> None:
-    async with app_with(exported, Rule(FixedWindow(limit=2, window=60), name="api")) as client:
+    async with app_with(
+        exported, Rule(FixedWindow(limit=2, window=NO_ROLLOVER), name="api")
+    ) as client:
         statuses = [(await client.get("/")).status_code for _ in range(5)]
     assert statuses == [200, 200, 429, 429, 429]
     decisions = "headway_ratelimit_decisions"
@@ -64,7 +67,7 @@ async def test_decisions_and_refusals_are_counted_by_rule_and_outcome(exported: 
 
 async def test_a_backend_that_fails_counts_an_error_and_a_503(exported: Exported) -> None:
     down = RedisRateLimitBackend.from_url(f"redis://127.0.0.1:{free_port()}/0", timeout=0.2)
-    rule = Rule(FixedWindow(limit=2, window=60, on_error="deny"), name="strict")
+    rule = Rule(FixedWindow(limit=2, window=NO_ROLLOVER, on_error="deny"), name="strict")
     async with app_with(exported, rule, down) as client:
         assert (await client.get("/")).status_code == 503
     await down.client.aclose()

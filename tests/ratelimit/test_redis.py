@@ -25,6 +25,7 @@ from headway import (
 from headway.ratelimit.backends.contract import state_keys
 from headway.ratelimit.policies import OnError, Policy
 from tests.servers import Server, free_port
+from tests.windows import NO_ROLLOVER
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 
@@ -105,7 +106,9 @@ async def test_hostile_keys_share_one_tag_and_never_collide(
     redis_client: aioredis.Redis,
 ) -> None:
     limiter = RateLimiter(
-        FixedWindow(1, 60.0), SlidingLog(1, 60.0), backend=RedisRateLimitBackend(redis_client)
+        FixedWindow(1, NO_ROLLOVER),
+        SlidingLog(1, 60.0),
+        backend=RedisRateLimitBackend(redis_client),
     )
     hostile = ["a{b}c", "}{", "x:y:z", "", " ", "é" * 40, "k" * 1_000_000, "a{b}c "]
     for key in hostile:
@@ -176,7 +179,7 @@ async def _scripts_run(client: aioredis.Redis) -> int:
 
 
 async def test_blocked_key_cache_spares_round_trips(own_client: aioredis.Redis) -> None:
-    policy = FixedWindow(3, 60.0)
+    policy = FixedWindow(3, NO_ROLLOVER)
     cached = RateLimiter(policy, backend=RedisRateLimitBackend(own_client), cache_blocked=True)
     for _ in range(3):
         assert (await cached.hit("k")).allowed
@@ -204,7 +207,7 @@ async def test_blocked_key_cache_spares_round_trips(own_client: aioredis.Redis) 
 
 async def test_concurrent_decisions_share_round_trips(own_client: aioredis.Redis) -> None:
     backend = RedisRateLimitBackend(own_client)  # coalescing is the default
-    policies = FixedWindow(100, 60.0), SlidingLog(150, 60.0)
+    policies = FixedWindow(100, NO_ROLLOVER), SlidingLog(150, 60.0)
     limiter = RateLimiter(*policies, backend=backend, budget=30)
     await limiter.hit("warm")  # a connection, and the script cached
     wire = backend._wires.wire()
@@ -219,13 +222,13 @@ async def test_concurrent_decisions_share_round_trips(own_client: aioredis.Redis
     assert wire.writes - writes <= 10  # 500 calls made in one loop turn: a few writes
 
     plain = RedisRateLimitBackend(own_client, coalesce=False)
-    assert (await RateLimiter(FixedWindow(100, 60.0), backend=plain).hit("other")).allowed
+    assert (await RateLimiter(FixedWindow(100, NO_ROLLOVER), backend=plain).hit("other")).allowed
     assert not plain._wires._wires
 
 
 async def test_noscript_inside_a_pipeline_is_recovered(own_client: aioredis.Redis) -> None:
     backend = RedisRateLimitBackend(own_client)
-    limiter = RateLimiter(FixedWindow(100, 60.0), backend=backend, budget=30)
+    limiter = RateLimiter(FixedWindow(100, NO_ROLLOVER), backend=backend, budget=30)
     await limiter.hit("warm")
     await own_client.script_flush()
     decisions = await asyncio.gather(*(limiter.hit("k") for _ in range(300)))

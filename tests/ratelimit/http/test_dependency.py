@@ -22,10 +22,11 @@ from headway import (
     RedisRateLimitBackend,
 )
 from tests.ratelimit.apps import client, sf_list
+from tests.windows import NO_ROLLOVER
 
 pytestmark = pytest.mark.anyio
 
-TWO = FixedWindow(limit=2, window=60.0)
+TWO = FixedWindow(limit=2, window=NO_ROLLOVER)
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -77,7 +78,9 @@ async def test_a_route_admits_its_quota_then_refuses_with_problem_json(
     for i, response in enumerate(admitted):
         assert response.status_code == 200, response.text
         assert response.json() == {"item": i}
-        assert sf_list(response.headers["ratelimit-policy"]) == {"items": {"q": 2, "w": 60}}
+        assert sf_list(response.headers["ratelimit-policy"]) == {
+            "items": {"q": 2, "w": int(NO_ROLLOVER)}
+        }
         assert sf_list(response.headers["ratelimit"])["items"]["r"] == 1 - i
     assert refused.status_code == 429
     assert refused.headers["content-type"] == "application/problem+json"
@@ -139,15 +142,17 @@ def test_the_refusals_are_in_the_route_openapi_responses() -> None:
     assert schema["required"] == ["type", "title", "status"]
     # 503 only where the rule can fail closed.
     assert set(RateLimitDependency(TWO).responses) == {429}
-    deny = FixedWindow(limit=2, window=60.0, on_error="deny")
+    deny = FixedWindow(limit=2, window=NO_ROLLOVER, on_error="deny")
     assert set(RateLimitDependency(deny).responses) == {429, 503}
     assert set(RateLimitDependency(deny, fail="open").responses) == {429}
 
 
 async def test_unnamed_dependencies_with_different_policies_do_not_share_a_quota() -> None:
     backend = MemoryRateLimitBackend()
-    one = RateLimitDependency(FixedWindow(limit=1, window=60.0), per="rule", backend=backend)
-    three = RateLimitDependency(FixedWindow(limit=3, window=60.0), per="rule", backend=backend)
+    one = RateLimitDependency(FixedWindow(limit=1, window=NO_ROLLOVER), per="rule", backend=backend)
+    three = RateLimitDependency(
+        FixedWindow(limit=3, window=NO_ROLLOVER), per="rule", backend=backend
+    )
     app = FastAPI()
     app.add_exception_handler(RateLimitRefused, RateLimitRefused.handler)
 

@@ -26,12 +26,13 @@ from headway import (
 from headway._http import Scope, header
 from tests.ratelimit.apps import client, sf_list
 from tests.ratelimit.conftest import BackendFactory
+from tests.windows import NO_ROLLOVER
 
 pytestmark = pytest.mark.anyio
 
 TIERS: dict[str, dict[str, Policy]] = {
-    "free": {"free": FixedWindow(limit=2, window=60.0)},
-    "pro": {"pro": FixedWindow(limit=4, window=60.0)},
+    "free": {"free": FixedWindow(limit=2, window=NO_ROLLOVER)},
+    "pro": {"pro": FixedWindow(limit=4, window=NO_ROLLOVER)},
 }
 
 
@@ -92,7 +93,7 @@ async def test_each_tier_gets_its_policies_named_in_the_headers(
     assert await statuses(app, "bob", 5) == [(200, "pro")] * 4 + [(429, "pro")]
     async with client(app) as http:
         policy = (await http.get("/hello", headers={"x-user": "bob"})).headers["ratelimit-policy"]
-    assert sf_list(policy) == {"pro": {"q": 4, "w": 60}}
+    assert sf_list(policy) == {"pro": {"q": 4, "w": int(NO_ROLLOVER)}}
 
 
 async def test_the_function_runs_per_request_and_what_is_built_is_cached() -> None:

@@ -19,13 +19,14 @@ from headway import (
 )
 from headway._http import Receive, Scope, Send
 from tests.ratelimit.apps import AppFactory, Calls, client, fastapi_app, sf_list, starlette_app
+from tests.windows import NO_ROLLOVER
 
 pytestmark = pytest.mark.anyio
 
 # Fixed windows are aligned to the clock: tests that expect a refusal after N requests
 # use day-long windows, so a minute boundary between two requests cannot reset them.
-TEN = FixedWindow(limit=10, window=60.0)
-THREE = FixedWindow(limit=3, window=60.0)
+TEN = FixedWindow(limit=10, window=NO_ROLLOVER)
+THREE = FixedWindow(limit=3, window=NO_ROLLOVER)
 
 
 @pytest.fixture(params=[starlette_app, fastapi_app], ids=["starlette", "fastapi"])
@@ -43,11 +44,11 @@ async def test_a_burst_is_cut_at_the_limit_with_a_well_formed_429(make_app: AppF
     assert calls["user"] == 3
     assert [sf_list(r.headers["ratelimit"])["api"]["r"] for r in responses] == [2, 1, 0, 0, 0]
     refused = responses[3]
-    assert sf_list(refused.headers["ratelimit-policy"]) == {"api": {"q": 3, "w": 60}}
+    assert sf_list(refused.headers["ratelimit-policy"]) == {"api": {"q": 3, "w": int(NO_ROLLOVER)}}
     assert refused.headers["content-type"] == "application/problem+json"
     assert refused.headers["cache-control"] == "no-store"
     retry = int(refused.headers["retry-after"])
-    assert 1 <= retry <= 60
+    assert 1 <= retry <= NO_ROLLOVER
     assert retry >= sf_list(refused.headers["ratelimit"])["api"]["t"]
     problem = refused.json()
     assert problem["type"] == "https://iana.org/assignments/http-problem-types#quota-exceeded"
@@ -68,7 +69,7 @@ async def test_several_policies_and_rules_report_one_item_each(make_app: AppFact
         third = await http.get("/users/9")
     assert sf_list(first.headers["ratelimit-policy"]) == {
         "burst": {"q": 2, "w": 2},
-        "hourly": {"q": 10, "w": 60},
+        "hourly": {"q": 10, "w": int(NO_ROLLOVER)},
         "users": {"q": 5, "w": 30},
     }
     assert sf_list(first.headers["ratelimit"]) == {
@@ -86,7 +87,7 @@ async def test_several_policies_and_rules_report_one_item_each(make_app: AppFact
 
 def first_reset(response: Any, name: str) -> int:
     value: int = sf_list(response.headers["ratelimit"])[name]["t"]
-    assert 0 < value <= 60
+    assert 0 < value <= NO_ROLLOVER
     return value
 
 
@@ -125,12 +126,14 @@ async def test_templates_inside_mounts_and_routers(make_app: AppFactory) -> None
 async def test_globs_regexes_methods_and_exemptions(make_app: AppFactory) -> None:
     calls = Calls()
     rules = [
-        Rule(FixedWindow(limit=1, window=86_400.0), routes=["/v2/*"], name="v2"),
+        Rule(FixedWindow(limit=1, window=NO_ROLLOVER), routes=["/v2/*"], name="v2"),
         Rule(
-            FixedWindow(limit=1, window=86_400.0), routes=[re.compile(r"^/orders/")], name="orders"
+            FixedWindow(limit=1, window=NO_ROLLOVER),
+            routes=[re.compile(r"^/orders/")],
+            name="orders",
         ),
-        Rule(FixedWindow(limit=1, window=86_400.0), methods=["POST"], name="writes"),
-        Rule(FixedWindow(limit=1, window=86_400.0), routes=["/users/*"], exempt=["/users/{id}"]),
+        Rule(FixedWindow(limit=1, window=NO_ROLLOVER), methods=["POST"], name="writes"),
+        Rule(FixedWindow(limit=1, window=NO_ROLLOVER), routes=["/users/*"], exempt=["/users/{id}"]),
     ]
     app = make_app(calls, rules=rules, exempt=["/health"])
     async with client(app) as http:
@@ -170,7 +173,7 @@ async def test_costs_constant_and_computed(make_app: AppFactory) -> None:
 async def test_api_keys_get_their_own_quotas_and_keyless_requests_fall_back(
     make_app: AppFactory,
 ) -> None:
-    rules = [Rule(FixedWindow(limit=2, window=86_400.0), identity=[ApiKey(), lambda _: "anon"])]
+    rules = [Rule(FixedWindow(limit=2, window=NO_ROLLOVER), identity=[ApiKey(), lambda _: "anon"])]
     app = make_app(Calls(), rules=rules)
     async with client(app) as http:
         alice = [await http.get("/users/1", headers={"x-api-key": "alice"}) for _ in range(3)]
@@ -185,7 +188,7 @@ async def test_an_identity_returning_none_skips_the_rule(make_app: AppFactory) -
     async def nobody(scope: Scope) -> str | None:
         return None
 
-    app = make_app(Calls(), rules=[Rule(FixedWindow(limit=1, window=86_400.0), identity=nobody)])
+    app = make_app(Calls(), rules=[Rule(FixedWindow(limit=1, window=NO_ROLLOVER), identity=nobody)])
     async with client(app) as http:
         responses = [await http.get("/users/1") for _ in range(3)]
     assert [r.status_code for r in responses] == [200] * 3
@@ -200,7 +203,7 @@ async def test_legacy_headers_are_opt_in(make_app: AppFactory) -> None:
         without = await other.get("/users/1")
     assert response.headers["x-ratelimit-limit"] == "3"
     assert response.headers["x-ratelimit-remaining"] == "2"
-    assert 1 <= int(response.headers["x-ratelimit-reset"]) <= 60
+    assert 1 <= int(response.headers["x-ratelimit-reset"]) <= NO_ROLLOVER
     assert "x-ratelimit-limit" not in without.headers
 
 
@@ -221,7 +224,7 @@ async def test_shadow_mode_reports_and_sets_headers_but_never_refuses(
 
 
 async def test_one_rule_in_shadow_mode(make_app: AppFactory) -> None:
-    rules = [Rule(FixedWindow(limit=1, window=86_400.0), name="trial", shadow=True), Rule(THREE)]
+    rules = [Rule(FixedWindow(limit=1, window=NO_ROLLOVER), name="trial", shadow=True), Rule(THREE)]
     app = make_app(Calls(), rules=rules)
     async with client(app) as http:
         statuses = [(await http.get("/users/1")).status_code for _ in range(4)]
@@ -237,7 +240,9 @@ async def test_the_hook_sees_every_decision_and_may_be_async_or_broken(
         seen.append((event.rule, event.outcome, event.route, event.identity, event.cost))
         raise RuntimeError("a broken metrics exporter")
 
-    app = make_app(Calls(), rules=[Rule(FixedWindow(limit=1, window=86_400.0))], on_decision=hook)
+    app = make_app(
+        Calls(), rules=[Rule(FixedWindow(limit=1, window=NO_ROLLOVER))], on_decision=hook
+    )
     async with client(app, ip="198.51.100.7") as http:
         statuses = [(await http.get("/users/3")).status_code for _ in range(2)]
     assert statuses == [200, 429]
@@ -249,7 +254,7 @@ async def test_the_hook_sees_every_decision_and_may_be_async_or_broken(
 
 
 async def test_counts_by_rule_and_outcome(make_app: AppFactory) -> None:
-    app = make_app(Calls(), rules=[Rule(FixedWindow(limit=1, window=86_400.0), name="api")])
+    app = make_app(Calls(), rules=[Rule(FixedWindow(limit=1, window=NO_ROLLOVER), name="api")])
     async with client(app) as http:
         for _ in range(3):
             await http.get("/users/1")
@@ -270,7 +275,7 @@ async def test_lifespan_and_other_scopes_pass_through() -> None:
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         seen.append(scope["type"])
 
-    middleware = RateLimitMiddleware(app, rules=[Rule(FixedWindow(limit=1, window=86_400.0))])
+    middleware = RateLimitMiddleware(app, rules=[Rule(FixedWindow(limit=1, window=NO_ROLLOVER))])
     for _ in range(3):
         await middleware({"type": "lifespan"}, None, None)  # type: ignore[arg-type]
         await middleware({"type": "websocket", "path": "/ws"}, None, None)  # type: ignore[arg-type]
@@ -282,7 +287,7 @@ async def test_a_plain_asgi_app_is_limited_on_its_raw_path() -> None:
         await send({"type": "http.response.start", "status": 204, "headers": []})
         await send({"type": "http.response.body", "body": b""})
 
-    rules = [Rule(FixedWindow(limit=1, window=86_400.0), routes=["/ping"])]
+    rules = [Rule(FixedWindow(limit=1, window=NO_ROLLOVER), routes=["/ping"])]
     async with client(RateLimitMiddleware(app, rules=rules)) as http:
         statuses = [(await http.get("/ping")).status_code for _ in range(2)]
         other = await http.get("/pong")
@@ -292,7 +297,9 @@ async def test_a_plain_asgi_app_is_limited_on_its_raw_path() -> None:
 
 async def test_websocket_connection_attempts_can_be_limited() -> None:
     calls = Calls()
-    app = starlette_app(calls, rules=[Rule(FixedWindow(limit=1, window=86_400.0))], websocket=True)
+    app = starlette_app(
+        calls, rules=[Rule(FixedWindow(limit=1, window=NO_ROLLOVER))], websocket=True
+    )
     transcripts = [await websocket_attempt(app) for _ in range(2)]
     assert transcripts[0][0]["type"] == "websocket.accept"
     assert sf_list(header(transcripts[0][0], b"ratelimit"))["default"]["r"] == 0
@@ -361,7 +368,7 @@ async def test_a_route_function_names_templates_for_other_frameworks() -> None:
         parts = scope["path"].split("/")
         return "/items/{id}" if len(parts) == 3 and parts[1] == "items" else None
 
-    rules = [Rule(FixedWindow(limit=2, window=86_400.0), routes=["/items/{id}"], per="route")]
+    rules = [Rule(FixedWindow(limit=2, window=NO_ROLLOVER), routes=["/items/{id}"], per="route")]
     middleware = RateLimitMiddleware(app, rules=rules, route=template)
     async with client(middleware) as http:
         statuses = [(await http.get(f"/items/{i}")).status_code for i in range(3)]

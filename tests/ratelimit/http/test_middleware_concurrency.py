@@ -32,6 +32,7 @@ from headway import (
 )
 from headway._http import Message
 from tests.ratelimit.apps import client, sf_list
+from tests.windows import NO_ROLLOVER
 
 pytestmark = pytest.mark.anyio
 
@@ -217,7 +218,7 @@ async def test_rate_and_in_flight_limits_in_one_rule(backend: RateLimitBackend) 
     async def fast(request: Request) -> Response:
         return JSONResponse({"ok": True})
 
-    rule = Rule({"minute": FixedWindow(3, 60.0), "inflight": Concurrency(2)}, name="api")
+    rule = Rule({"minute": FixedWindow(3, NO_ROLLOVER), "inflight": Concurrency(2)}, name="api")
     app = Starlette(
         routes=[Route("/fast", fast)],
         middleware=[Middleware(RateLimitMiddleware, rules=[rule], backend=backend)],
@@ -226,7 +227,7 @@ async def test_rate_and_in_flight_limits_in_one_rule(backend: RateLimitBackend) 
         responses = [await http.get("/fast") for _ in range(4)]
     assert [r.status_code for r in responses] == [200, 200, 200, 429]
     assert sf_list(responses[0].headers["ratelimit-policy"]) == {
-        "minute": {"q": 3, "w": 60},
+        "minute": {"q": 3, "w": int(NO_ROLLOVER)},
         "inflight": {"q": 2, "qu": "concurrent-requests"},
     }
     first = sf_list(responses[0].headers["ratelimit"])

@@ -20,10 +20,11 @@ from litestar.params import FromPath
 
 from headway import FixedWindow, RateLimitMiddleware, Rule
 from tests.ratelimit.apps import client
+from tests.windows import NO_ROLLOVER
 
 pytestmark = pytest.mark.anyio
 
-TWO = FixedWindow(limit=2, window=60.0)
+TWO = FixedWindow(limit=2, window=NO_ROLLOVER)
 
 
 @get("/items/{item_id:int}")

@@ -13,10 +13,11 @@ from starlette.requests import HTTPConnection
 from headway import ApiKey, AuthenticatedUser, ClientAddress, FixedWindow, RateLimitEvent, Rule
 from headway._http import Scope
 from tests.ratelimit.apps import Calls, client, starlette_app
+from tests.windows import NO_ROLLOVER
 
 pytestmark = pytest.mark.anyio
 
-ONE = FixedWindow(limit=1, window=60.0)
+ONE = FixedWindow(limit=1, window=NO_ROLLOVER)
 
 
 def scope(peer: str | None, *headers: tuple[str, str]) -> Scope:

@@ -26,10 +26,11 @@ from headway import (
 )
 from tests.ratelimit.apps import client, starlette_app
 from tests.ratelimit.http.test_middleware import websocket_attempt
+from tests.windows import NO_ROLLOVER
 
 pytestmark = pytest.mark.anyio
 
-ONE = FixedWindow(limit=1, window=60.0)
+ONE = FixedWindow(limit=1, window=NO_ROLLOVER)
 FAST = LimiterSettings(budget=0.5, retry_on_error=3.0)
 
 
