@@ -34,8 +34,7 @@ async def _forget(url: str, scope: str, key: str, force: bool) -> bool:
         await store.aclose()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``headway`` console script."""
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="headway", description=__doc__)
     parser.add_argument("--version", action="version", version=f"headway {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -66,6 +65,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     forget.add_argument(
         "--force", action="store_true", help="remove it even while a request holds it in flight"
     )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``headway`` console script."""
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "migrate":
         if args.downgrade:
