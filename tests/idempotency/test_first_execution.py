@@ -49,7 +49,7 @@ async def counted(postgres_url: str) -> AsyncIterator[tuple[RecordStore, RoundTr
         await engine.dispose()
 
 
-async def test_first_execution_is_two_round_trips_and_replay_one(
+async def test_first_execution_is_three_round_trips_and_replay_one(
     counted: tuple[RecordStore, RoundTrips],
 ) -> None:
     store, trips = counted
@@ -69,8 +69,7 @@ async def test_first_execution_is_two_round_trips_and_replay_one(
         trips.statements.clear()
         replay = await pay("first")
     assert replay.headers["idempotent-replayed"] == "true"
-    # The claim in the read (WITH … INSERT … ON CONFLICT DO NOTHING), then the fenced
-    # UPDATE: both autocommitted. The replay is that same one statement, which wrote nothing.
-    assert first == (["WITH", "UPDATE"], 2)
-    assert trips.statements == ["WITH"]
+    # get, claim (INSERT … ON CONFLICT … RETURNING), fenced UPDATE: all autocommitted.
+    assert first == (["SELECT", "INSERT", "UPDATE"], 3)
+    assert trips.statements == ["SELECT"]
     assert trips.transactions == 0

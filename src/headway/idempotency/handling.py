@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
 
 from headway._errors import BackendUnavailable, LockLost, LockNotAcquired, LockNotOwned
 from headway._http import ASGIApp, Receive, Scope, Send
@@ -51,50 +50,9 @@ class KeyedHandling:
         self, request: KeyedRequest, scope: Scope, receive: Receive, send: Send
     ) -> None:
         """Replay, refuse, or claim the key and run the app once."""
-        if self.wait == 0:
-            # Claimed in the statement that reads the record: a first execution costs
-            # one statement less, a replay still writes nothing and takes no lock.
-            request.sent = time.monotonic()
-            claim = await self.store.claim_new(
-                request.caller, request.key, request.fingerprint,
-                lease_token=new_token(), lease_ttl=self.lease_ttl,
-            )  # fmt: skip
-            if claim is not None:
-                await self._settle(request, claim, scope, receive, send)
-                return
-        else:
-            record = await self.store.get(request.caller, request.key)
-            if record is not None and await answer_record(record, request, send, self.on_event):
-                return
-        await self._lock_and_claim(request, scope, receive, send)
-
-    async def _settle(
-        self, request: KeyedRequest, claim: Claim, scope: Scope, receive: Receive, send: Send
-    ) -> None:
-        """Run the app on a new record ``claim_new`` took (the lock taken after it), or answer."""
-        if claim.outcome is not ClaimOutcome.CLAIMED:
-            await self._answer_claim(request, claim, send)
+        record = await self.store.get(request.caller, request.key)
+        if record is not None and await answer_record(record, request, send, self.on_event):
             return
-        lock = Lock(self.lock_backend, request.resource, ttl=self.lease_ttl, timeout=0)
-        lease = await self._locked(lock.acquire(), claim, request)
-        try:
-            await self._claimed(request, claim, lock, lease, scope, receive, send)
-        finally:
-            if lease is not None:
-                await _release(lock, lease)
-
-    async def _answer_claim(self, request: KeyedRequest, claim: Claim, send: Send) -> None:
-        """Answer a claim that was not ours: a replay, 410, 422, or 409."""
-        if claim.record is None or not await answer_record(
-            claim.record, request, send, self.on_event
-        ):
-            left = self.lease_ttl if claim.lease_left is None else claim.lease_left
-            await answer_in_use(request, left, send, self.on_event)
-
-    async def _lock_and_claim(
-        self, request: KeyedRequest, scope: Scope, receive: Receive, send: Send
-    ) -> None:
-        """Take the lock and claim the record (new, or taken over), then run or answer."""
         lock = Lock(self.lock_backend, request.resource, ttl=self.lease_ttl, timeout=self.wait)
         # Without ``wait`` the lock's request overlaps the claim's: the record's primary key
         # and fence decide who runs, so neither round trip waits for the other. With it,
@@ -122,15 +80,18 @@ class KeyedHandling:
         try:
             if claim.outcome is ClaimOutcome.CLAIMED:
                 await self._claimed(request, claim, lock, lease, scope, receive, send)
-            else:
-                await self._answer_claim(request, claim, send)
+            elif claim.record is None or not await answer_record(
+                claim.record, request, send, self.on_event
+            ):
+                left = self.lease_ttl if claim.lease_left is None else claim.lease_left
+                await answer_in_use(request, left, send, self.on_event)
         finally:
             if lease is not None:
                 await _release(lock, lease)
 
     async def _locked(
         self,
-        acquiring: Awaitable[Lease],
+        acquiring: asyncio.Future[Lease],
         claim: Claim | None,
         request: KeyedRequest | None = None,
     ) -> Lease | None:

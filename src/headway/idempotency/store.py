@@ -19,7 +19,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from headway._errors import BackendUnavailable
 from headway.idempotency import writes
 from headway.idempotency.claim import claim_record, one_statement
-from headway.idempotency.claim_new import claim_new
 from headway.idempotency.record import GET, Claim, Record, StoredResponse, read
 from headway.idempotency.table import metadata
 
@@ -164,26 +163,6 @@ class RecordStore:
             )  # fmt: skip
 
         return await self._run(op, single=one_statement(self.engine.dialect))
-
-    async def claim_new(
-        self, scope: str, key: str, fingerprint: str, *, lease_token: str, lease_ttl: float
-    ) -> Claim | None:
-        """What a request with a key asks first: its record, or a claim if it has none.
-
-        On PostgreSQL one statement inserts a new key as PROCESSING (CLAIMED, with a
-        fence the store picks) or reads the record that stands, writing nothing (a
-        replay costs no commit); elsewhere it is the primary-key read. Answers as
-        ``claim`` does (COMPLETED, MISMATCH, BUSY with ``lease_left``), or None when
-        ``claim`` must decide: no record here, or one that expired or whose lease ended.
-        """
-
-        async def op(conn: AsyncConnection) -> Claim | None:
-            return await claim_new(
-                conn, scope, key, fingerprint,
-                lease_token=lease_token, lease_ttl=lease_ttl, ttl=self.ttl,
-            )  # fmt: skip
-
-        return await self._run(op)
 
     async def renew(self, scope: str, key: str, fence: int, lease_ttl: float) -> bool:
         """Extend our PROCESSING record's lease to ``lease_ttl`` s from now (database clock).
