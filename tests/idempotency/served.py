@@ -24,7 +24,12 @@ async def pay(request: Request) -> Response:
         entered.write(f"{os.getpid()}\n")
     # Long enough for duplicates to arrive in flight; outside the fingerprint, so a
     # retry can ask for a different pause than the request it retries.
-    await asyncio.sleep(float(request.headers.get("x-sleep", "0.3")))
+    gate = request.headers.get("x-gate")  # a file the test creates to let this return
+    if gate is not None:
+        while not os.path.exists(gate):
+            await asyncio.sleep(0.02)  # the test process's signal: polled
+    else:
+        await asyncio.sleep(float(request.headers.get("x-sleep", "0.3")))
     charge = {"id": uuid.uuid4().hex, "pid": os.getpid(), **payload}
     with open(EFFECTS, "a") as effects:
         effects.write(f"{charge['id']}\n")

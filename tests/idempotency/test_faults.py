@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from redis import asyncio as aioredis
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from headway import MemoryLockBackend, RecordStore, RedisLockBackend
+from headway import IdempotencyEvent, MemoryLockBackend, RecordStore, RedisLockBackend
 from headway.idempotency.table import metadata, records
 
 from .apps import Bank, make_app
@@ -26,9 +26,11 @@ pytestmark = pytest.mark.anyio
 @pytest.mark.redis
 async def test_redis_down_fails_closed(store: RecordStore, redis_url: str) -> None:
     bank = Bank()
+    seen: list[IdempotencyEvent] = []
     redis = aioredis.Redis.from_url("redis://127.0.0.1:1")
     dead = RedisLockBackend(redis, timeout=0.5)
-    async with connect(make_app(bank, store=store, lock_backend=dead)) as client:
+    app = make_app(bank, store=store, lock_backend=dead, on_event=seen.append)
+    async with connect(app) as client:
         response = await pay(client, "k")
     await redis.aclose()
     assert response.status_code == 503
@@ -36,6 +38,9 @@ async def test_redis_down_fails_closed(store: RecordStore, redis_url: str) -> No
     assert response.json()["type"].endswith("/idempotency-redis-unavailable")
     assert bank.charges == []
     assert await rows(store) == []
+    # The record claimed alongside the lock was given back: the hook hears of it.
+    assert [(e.kind, e.key) for e in seen] == [("released", "k")]
+    assert seen[0].fence is not None
 
 
 @pytest.mark.redis

@@ -13,8 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from headway.idempotency.claim import claim_record
+from headway.idempotency.record import ClaimOutcome
 from headway.idempotency.table import metadata, records
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
@@ -184,31 +186,68 @@ async def test_killed_worker_retry_runs_once_after_the_lease(
     assert await stored(postgres_url) == [("COMPLETED", retry.content)]
 
 
+async def completion_waiting(engine: AsyncEngine) -> None:
+    """Until a completion (the UPDATE that stores a response) waits for a row lock."""
+    query = sa.text(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock' AND query LIKE '%response_body%'"
+    )
+    while True:
+        async with engine.connect() as conn:
+            if (await conn.execute(query)).scalar_one():
+                return
+        await asyncio.sleep(0.02)  # another process's progress: polled, bounded by the test
+
+
 @pytest.mark.parametrize("lease", [2.0])  # renewed every 0.67 s: a stalled host keeps it
-async def test_paused_worker_completion_is_rejected(
-    servers: Servers, postgres_url: str, redis_client: object
+async def test_paused_workers_late_completion_is_rejected_by_the_fence(
+    servers: Servers, postgres_url: str, redis_client: object, tmp_path: Path
 ) -> None:
-    (a, b), effects, (worker_a, _) = servers
+    """Worker A's completion arrives while a newer holder still has the record PROCESSING:
+    same key, same status, same fingerprint: only the fencing token can refuse it."""
+    (a, _), effects, (worker_a, _) = servers
     await empty_table(postgres_url)
-    async with httpx.AsyncClient(timeout=30) as client:
-        paused = asyncio.ensure_future(
-            client.post(f"http://127.0.0.1:{a}/payments", json={"amount": 1},
-                        headers={**HEADERS, "x-sleep": "0.5"})
-        )  # fmt: skip
-        await asyncio.wait_for(entered(effects, 1), 20)
-        os.kill(worker_a.pid, signal.SIGSTOP)
-        try:
-            await asyncio.sleep(2.5)  # past its 2 s lease
-            url = f"http://127.0.0.1:{b}/payments"
-            retry = await client.post(url, json={"amount": 1}, headers=HEADERS)
-        finally:
+    gate = tmp_path / "gate-a"
+    engine = create_async_engine(postgres_url)
+    stopped = False
+    try:
+        async with httpx.AsyncClient(timeout=30) as client:
+            late_request = asyncio.ensure_future(
+                client.post(f"http://127.0.0.1:{a}/payments", json={"amount": 1},
+                            headers={**HEADERS, "x-gate": str(gate)})
+            )  # fmt: skip
+            await asyncio.wait_for(entered(effects, 1), 20)  # A claimed the record and runs
+            async with engine.begin() as holder:  # holds A's row until it commits
+                lock_row = sa.select(records.c.scope, records.c.fingerprint, records.c.fence)
+                first = (await holder.execute(lock_row.with_for_update())).one()
+                gate.touch()  # A's handler returns; its completion queues behind our lock
+                await asyncio.wait_for(completion_waiting(engine), 20)
+                os.kill(worker_a.pid, signal.SIGSTOP)  # ...and A stalls, its write in flight
+                stopped = True
+                while True:  # a newer holder takes the record over once A's lease is over
+                    newer = await claim_record(
+                        holder, first.scope, "charge-once", first.fingerprint,
+                        fence=None, lease_token="newer", lease_ttl=30, ttl=60,
+                    )  # fmt: skip
+                    if newer.outcome is ClaimOutcome.CLAIMED:
+                        break
+                    await asyncio.sleep(0.1)  # A's lease ends on the database clock: polled
+            # Committed: A's queued completion now meets the newer holder's record.
             os.kill(worker_a.pid, signal.SIGCONT)
-        try:
-            late = (await paused).status_code
-        except httpx.HTTPError:
-            late = None  # the response was cut: its completion was refused
-        replay = await client.post(url, json={"amount": 1}, headers=HEADERS)
-    assert retry.status_code == 201
+            stopped = False
+            try:
+                late = (await late_request).status_code
+            except httpx.HTTPError:
+                late = None  # the response was cut: its completion was refused
+        async with engine.connect() as conn:
+            query = sa.select(records.c.status, records.c.fence, records.c.response_body)
+            rows = [tuple(row) for row in (await conn.execute(query)).all()]
+    finally:
+        if stopped:
+            os.kill(worker_a.pid, signal.SIGCONT)
+        await engine.dispose()
+    assert newer.fence is not None
+    assert newer.fence > first.fence
     assert late != 201  # never a finished response whose record was not stored
-    assert replay.content == retry.content
-    assert await stored(postgres_url) == [("COMPLETED", retry.content)]
+    # The newer holder's record is untouched: still PROCESSING, under its fence, no response.
+    assert rows == [("PROCESSING", newer.fence, None)]

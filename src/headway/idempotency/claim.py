@@ -51,10 +51,12 @@ async def claim_record(
     # The caller's token plus a nonce: unique to this claim even if the caller reuses a
     # token, so "the row carries it" means exactly "this statement wrote it".
     mark = f"{lease_token[:47]}.{secrets.token_hex(8)}"
-    values = processing(fingerprint, mark, lease_ttl, ttl)
-    first = first_fence() if fence is None else fence
-    statement = _upsert(conn.dialect, scope, key, first, fence, values)
-    row = (await conn.execute(statement)).one()
+    params = {
+        "p_scope": scope, "p_key": key, "p_fingerprint": fingerprint, "p_mark": mark,
+        "p_lease_ttl": float(lease_ttl), "p_ttl": float(ttl),
+        "p_first": first_fence() if fence is None else fence, "p_fence": fence,
+    }  # fmt: skip
+    row = (await conn.execute(_statement(conn.dialect, locked=fence is not None), params)).one()
     record = read(row[:6], scope, key)
     if row.lease_token == mark:
         return Claim(ClaimOutcome.CLAIMED, fence=record.fence)
@@ -75,8 +77,9 @@ def answer(record: Record, fingerprint: str, lease_left: float | None) -> Claim:
     return Claim(ClaimOutcome.BUSY, record, lease_left=lease_left)
 
 
-def processing(fingerprint: str, lease_token: str, lease_ttl: float, ttl: float) -> dict[str, Any]:
-    """The columns of a freshly claimed record (all but its key and fence)."""
+def processing(fingerprint: Any, lease_token: Any, lease_ttl: Any, ttl: Any) -> dict[str, Any]:
+    """The columns of a freshly claimed record (all but its key and fence): values, or
+    the named parameters of a statement built once."""
     return {
         "fingerprint": fingerprint,
         "status": Status.PROCESSING.value,
@@ -90,7 +93,7 @@ def processing(fingerprint: str, lease_token: str, lease_ttl: float, ttl: float)
     }
 
 
-def _take_over(fingerprint: str, fence: int | None) -> sa.ColumnElement[bool]:
+def _take_over(fingerprint: Any, fence: Any) -> sa.ColumnElement[bool]:
     """When an existing row is replaced: it expired, or it is the same request, still
     PROCESSING, its lease over, and (for a lock holder) under an older fencing token."""
     now = db_now()
@@ -104,8 +107,36 @@ def _take_over(fingerprint: str, fence: int | None) -> sa.ColumnElement[bool]:
     return sa.or_(records.c.expires_at <= now, stalled)
 
 
+def _param(name: str, type_: Any = None) -> Any:
+    return sa.bindparam(name, type_=type_ or sa.String())
+
+
+#: The claiming statements, built once per dialect and mode (with or without a lock's
+#: fence) with named parameters: building one per call cost more client CPU (~1 ms)
+#: than its round trip, and a statement object reused is compiled once by SQLAlchemy.
+_STATEMENTS: dict[tuple[str, bool, bool], Any] = {}
+
+
+def _statement(dialect: Dialect, *, locked: bool) -> Any:
+    """The claiming statement for ``dialect``: parameters ``p_scope``, ``p_key``,
+    ``p_fingerprint``, ``p_mark`` (this claim's lease token), ``p_lease_ttl``, ``p_ttl``,
+    ``p_first`` (the fence of a new row) and, when ``locked``, ``p_fence``."""
+    cache_key = (dialect.name, bool(getattr(dialect, "is_mariadb", False)), locked)
+    statement = _STATEMENTS.get(cache_key)
+    if statement is None:
+        fence = _param("p_fence", sa.BigInteger()) if locked else None
+        values = processing(
+            _param("p_fingerprint"), _param("p_mark"),
+            _param("p_lease_ttl", sa.Float()), _param("p_ttl", sa.Float()),
+        )  # fmt: skip
+        first = _param("p_first", sa.BigInteger())
+        statement = _upsert(dialect, _param("p_scope"), _param("p_key"), first, fence, values)
+        _STATEMENTS[cache_key] = statement
+    return statement
+
+
 def _upsert(
-    dialect: Dialect, scope: str, key: str, first: int, fence: int | None, values: dict[str, Any]
+    dialect: Dialect, scope: Any, key: Any, first: Any, fence: Any, values: dict[str, Any]
 ) -> Any:
     """The one claiming statement for ``dialect`` (see the module's docstring)."""
     new = {**values, "fence": records.c.fence + 1 if fence is None else fence}

@@ -15,7 +15,6 @@ from typing import Any, TypeVar
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
-from sqlalchemy.sql.dml import UpdateBase
 
 from headway._errors import BackendUnavailable
 from headway.idempotency import writes
@@ -116,11 +115,12 @@ class RecordStore:
                 ) from exc
             raise
 
-    async def _accepted(self, write: UpdateBase) -> bool:
+    async def _accepted(self, write: writes.Write) -> bool:
         """Run a fenced write; whether it changed the record (one row)."""
+        statement, params = write
 
         async def op(conn: AsyncConnection) -> bool:
-            return (await conn.execute(write)).rowcount == 1
+            return (await conn.execute(statement, params)).rowcount == 1
 
         return await self._run(op)
 

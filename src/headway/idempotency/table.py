@@ -66,14 +66,18 @@ class db_now(sa.sql.expression.FunctionElement[Any]):
 
     ``seconds`` is a bound argument, so statements using it are cached by SQLAlchemy
     like any other (a value kept outside the arguments would either defeat the cache
-    or, worse, be frozen into the first compiled statement).
+    or, worse, be frozen into the first compiled statement). It may be a named
+    ``bindparam`` too, for a statement built once and given its values per call.
     """
 
     type = _Timestamp
     inherit_cache = True
 
-    def __init__(self, seconds: float = 0.0) -> None:
-        super().__init__(sa.literal(float(seconds), sa.Float()))
+    def __init__(self, seconds: float | sa.BindParameter[Any] = 0.0) -> None:
+        if isinstance(seconds, sa.BindParameter):
+            super().__init__(seconds)
+        else:
+            super().__init__(sa.literal(float(seconds), sa.Float()))
 
 
 def _seconds(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
