@@ -68,9 +68,10 @@ class RecordStore:
         the table on first use; elsewhere run ``headway migrate``.
         """
         is_sqlite = url.startswith("sqlite")
-        engine = create_async_engine(
-            url, connect_args={"timeout": 30} if is_sqlite else {}, pool_pre_ping=not is_sqlite
-        )
+        # No pool_pre_ping: it would add a round trip to each of a first execution's three
+        # statements. A connection cut by an outage fails its request (503, Retry-After)
+        # and SQLAlchemy then replaces every connection older than the failure.
+        engine = create_async_engine(url, connect_args={"timeout": 30} if is_sqlite else {})
         store = cls(engine, **options)
         store._create = is_sqlite if create_table is None else create_table
         return store
