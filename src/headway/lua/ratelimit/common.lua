@@ -1,5 +1,5 @@
--- The rate-limit library script: included by ratelimit/decide.lua, after clock.lua (never
--- run alone).
+-- The rate-limit library script: included by ratelimit/decide.lua and decide_one.lua, after
+-- clock.lua (never run alone).
 -- DEFINES (locals every later part of the script may use, and nothing else):
 --   idiv(a, b)            floor(a / b) for integers a >= 0, b > 0, exact
 --   fmt(n)                an integer as an exact decimal string
@@ -8,9 +8,11 @@
 --                         kind in ratelimit/algorithms.py) to a table with
 --     string_state        true if its state is a string decide.lua reads and writes;
 --                         else it reads and writes its own key itself
---     check(state, key, now, cost, a, b)  the answer, without writing: a table with ok,
---                         remaining, remaining_after, reset, reset_after, retry (and
---                         whatever its commit needs)
+--     check(state, key, now, cost, a, b, charging)  the answer, without writing: a table
+--                         with ok, remaining, remaining_after, reset, reset_after, retry
+--                         (and whatever its commit needs); charging (decide_one.lua's
+--                         charged call) says an admitting answer is reported after the
+--                         charge, so reset may be left out then
 --     commit(key, now, r, grace_ms)  charge: returns the new state and how long it
 --                         matters (us) for a string state, nothing otherwise
 -- Times are integer microseconds and counts integer units, held in Lua's doubles:
