@@ -3,8 +3,7 @@
 -- REGISTERS   algorithms[4] (kind 4 in ratelimit/algorithms.py)
 -- KEY  zset: one member per unit charged, scored by the server us it was charged at;
 --      members are "<us>:<n>" (n counts up within one us); it expires one window
---      after the newest entry. Entries at or before now - window are out of the window:
---      counted out by ZCOUNT, pruned when a charge writes.
+--      after the newest entry. Entries at or before now - window are pruned.
 -- a    window_us
 -- b    limit: units in any window
 -- state    unused: the zset is read here
@@ -12,31 +11,33 @@
 --   ok, remaining, remaining_after, reset (until the log is empty), reset_after, retry;
 --   with charging, an admitting check leaves out reset (its ZRANGE): only the state
 --   after the charge is reported.
+-- Entries are read by rank without scores, their time taken from the member: a score
+-- costs the server a double formatted per entry (~0.5 us, as much as the parse here).
 local sliding_log = {}
 
+local function charged_at(members)
+  local member = members[1]
+  return tonumber(string.sub(member, 1, string.find(member, ':', 1, true) - 1))
+end
+
 function sliding_log.check(_, key, now, cost, a, b, charging)
-  local horizon = fmt(now - a)
-  local since = '(' .. horizon
-  local count = redis.call('ZCOUNT', key, since, '+inf')
-  local r = {
-    ok = count + cost <= b, remaining = b - count, reset = 0, retry = 0, count = count, horizon = horizon,
-  }
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - a))
+  local count = redis.call('ZCARD', key)
+  local r = { ok = count + cost <= b, remaining = b - count, reset = 0, retry = 0, count = count }
   if r.ok then
     r.remaining_after = b - count - cost
     r.reset_after = a
     if charging then return r end
   end
   if count > 0 then
-    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    r.reset = tonumber(newest[2]) + a - now
+    r.reset = charged_at(redis.call('ZRANGE', key, -1, -1)) + a - now
   end
   if not r.ok then
     r.remaining_after = r.remaining
     r.reset_after = r.reset
-    -- The (count + cost - limit)-th oldest entry in the window has to leave it first.
+    -- The (count + cost - limit)-th oldest entry has to leave the window first.
     local k = count + cost - b
-    local entry = redis.call('ZRANGE', key, since, '+inf', 'BYSCORE', 'LIMIT', k - 1, 1, 'WITHSCORES')
-    r.retry = tonumber(entry[2]) + a - now
+    r.retry = charged_at(redis.call('ZRANGE', key, k - 1, k - 1)) + a - now
   end
   return r
 end
@@ -44,7 +45,6 @@ end
 function sliding_log.commit(key, now, r, grace_ms)
   local cost = r.remaining - r.remaining_after
   local stamp = fmt(now)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', r.horizon)
   if cost == 1 then
     redis.call('ZADD', key, stamp, stamp .. ':' .. fmt(r.count + 1))
   else
