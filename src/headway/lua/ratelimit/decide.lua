@@ -58,36 +58,41 @@ if strings > 0 then
   end
 end
 
-local checks = {}
+-- What each policy's check found, run together (common.lua: nine values a policy).
+local found = {}
 local allowed = true
 for i = 1, n do
-  local base = 4 + 3 * (i - 1)
+  local base, j = 4 + 3 * (i - 1), 9 * (i - 1)
   local state = parts[i] and values[parts[i]] or false
-  local r = kinds[i].check(state, keys[i], now, cost, tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]))
-  checks[i] = r
-  allowed = allowed and r.ok
+  found[j + 1], found[j + 2], found[j + 3], found[j + 4], found[j + 5], found[j + 6],
+    found[j + 7], found[j + 8], found[j + 9] =
+    kinds[i].check(state, keys[i], now, cost, tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]))
+  allowed = allowed and found[j + 1]
 end
 
 local charge = allowed and not peek
 local out = {allowed and 1 or 0}
 local written, longest = {}, 0
 for i = 1, n do
-  local r = checks[i]
+  local base, j = 4 + 3 * (i - 1), 9 * (i - 1)
   if charge then
-    local state, ttl_us = kinds[i].commit(keys[i], now, r, grace_ms)
+    local state, ttl_us = kinds[i].commit(
+      keys[i], now, cost, tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]),
+      found[j + 7], found[j + 8], found[j + 9], grace_ms
+    )
     if state then
       written[#written + 1] = state
       if ttl_us > longest then longest = ttl_us end
     end
     out[#out + 1] = 1
-    out[#out + 1] = r.remaining_after
-    out[#out + 1] = r.reset_after
+    out[#out + 1] = found[j + 5]
+    out[#out + 1] = found[j + 6]
   else
-    out[#out + 1] = r.ok and 1 or 0
-    out[#out + 1] = r.remaining
-    out[#out + 1] = r.reset
+    out[#out + 1] = found[j + 1] and 1 or 0
+    out[#out + 1] = found[j + 2]
+    out[#out + 1] = found[j + 3]
   end
-  out[#out + 1] = r.retry
+  out[#out + 1] = found[j + 4]
 end
 if #written > 0 then
   -- The key lasts as long as its longest-lived state; a state that stopped mattering

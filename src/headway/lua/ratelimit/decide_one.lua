@@ -1,7 +1,7 @@
 -- Decide (and charge) ONE rate-limit policy on one key: decide.lua specialised for the
 -- common call, with the same KEYS, ARGV and reply, and the same state (so a key can be
 -- decided by either). It skips what only several policies need: the tables of kinds,
--- keys and checks, splitting and joining the string key, the loop over policies.
+-- keys and results, splitting and joining the string key, the loop over policies.
 -- INCLUDES  clock.lua (server_now_us), ratelimit/common.lua, then the fragment
 --           (ratelimit/<algorithm>.lua) of the policy's algorithm (one script per kind).
 -- NEEDS     from clock: server_now_us; from common: ttl_ms, and `algorithms` as the fragment
@@ -25,12 +25,20 @@ else
 end
 local algorithm = algorithms[tonumber(ARGV[4])]
 local key = KEYS[1]
+local cost, a, b = tonumber(ARGV[2]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local charging = ARGV[3] == '0'
 local state = false
 if algorithm.string_state then state = redis.call('GET', key) end
-local r = algorithm.check(state, key, now, tonumber(ARGV[2]), tonumber(ARGV[5]), tonumber(ARGV[6]), charging)
-if not r.ok then return {0, 0, r.remaining, r.reset, r.retry} end
-if not charging then return {1, 1, r.remaining, r.reset, 0} end
-local value, ttl_us = algorithm.commit(key, now, r, grace_ms)
-if value then redis.call('SET', key, value, 'PX', ttl_ms(ttl_us, grace_ms)) end
-return {1, 1, r.remaining_after, r.reset_after, 0}
+local ok, remaining, reset, retry, remaining_after, reset_after, x, y, z =
+  algorithm.check(state, key, now, cost, a, b, charging)
+if not ok then return {0, 0, remaining, reset, retry} end
+if not charging then return {1, 1, remaining, reset, 0} end
+local value, ttl_us, kept = algorithm.commit(key, now, cost, a, b, x, y, z, grace_ms)
+if kept then
+  -- Its TTL reaches where this state stops mattering already: SET with PX costs the
+  -- server about twice a SET that keeps it.
+  redis.call('SET', key, value, 'KEEPTTL')
+elseif value then
+  redis.call('SET', key, value, 'PX', ttl_ms(ttl_us, grace_ms))
+end
+return {1, 1, remaining_after, reset_after, 0}

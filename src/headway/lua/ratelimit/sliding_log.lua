@@ -7,10 +7,9 @@
 -- a    window_us
 -- b    limit: units in any window
 -- state    unused: the zset is read here
--- check(_, key, now, cost, a, b, charging) returns the fields the main reports:
---   ok, remaining, remaining_after, reset (until the log is empty), reset_after, retry;
---   with charging, an admitting check leaves out reset (its ZRANGE): only the state
---   after the charge is reported.
+-- check(_, key, now, cost, a, b, charging) returns what common.lua says (reset: until
+-- the log is empty; left out when charging and admitted, as it costs a ZRANGE), and for
+-- its commit x = the entries in the window.
 -- Entries are read by rank without scores, their time taken from the member: a score
 -- costs the server a double formatted per entry (~0.5 us, as much as the parse here).
 local sliding_log = {}
@@ -23,35 +22,28 @@ end
 function sliding_log.check(_, key, now, cost, a, b, charging)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - a))
   local count = redis.call('ZCARD', key)
-  local r = { ok = count + cost <= b, remaining = b - count, reset = 0, retry = 0, count = count }
-  if r.ok then
-    r.remaining_after = b - count - cost
-    r.reset_after = a
-    if charging then return r end
-  end
+  local ok = count + cost <= b
+  if ok and charging then return true, b - count, 0, 0, b - count - cost, a, count end
+  local reset = 0
   if count > 0 then
-    r.reset = charged_at(redis.call('ZRANGE', key, -1, -1)) + a - now
+    reset = charged_at(redis.call('ZRANGE', key, -1, -1)) + a - now
   end
-  if not r.ok then
-    r.remaining_after = r.remaining
-    r.reset_after = r.reset
-    -- The (count + cost - limit)-th oldest entry has to leave the window first.
-    local k = count + cost - b
-    r.retry = charged_at(redis.call('ZRANGE', key, k - 1, k - 1)) + a - now
-  end
-  return r
+  if ok then return true, b - count, reset, 0, b - count - cost, a, count end
+  -- The (count + cost - limit)-th oldest entry has to leave the window first.
+  local k = count + cost - b
+  local retry = charged_at(redis.call('ZRANGE', key, k - 1, k - 1)) + a - now
+  return false, b - count, reset, retry, b - count, reset
 end
 
-function sliding_log.commit(key, now, r, grace_ms)
-  local cost = r.remaining - r.remaining_after
+function sliding_log.commit(key, now, cost, a, _, count, _, _, grace_ms)
   local stamp = fmt(now)
   if cost == 1 then
-    redis.call('ZADD', key, stamp, stamp .. ':' .. fmt(r.count + 1))
+    redis.call('ZADD', key, stamp, stamp .. ':' .. fmt(count + 1))
   else
     local args = {}
     for i = 1, cost do
       args[#args + 1] = stamp
-      args[#args + 1] = stamp .. ':' .. fmt(r.count + i)
+      args[#args + 1] = stamp .. ':' .. fmt(count + i)
       -- unpack() is bounded by the Lua stack: add in batches.
       if #args >= 1000 or i == cost then
         redis.call('ZADD', key, unpack(args))
@@ -59,7 +51,7 @@ function sliding_log.commit(key, now, r, grace_ms)
       end
     end
   end
-  redis.call('PEXPIRE', key, ttl_ms(r.reset_after, grace_ms))
+  redis.call('PEXPIRE', key, ttl_ms(a, grace_ms))
 end
 
 algorithms[4] = sliding_log
