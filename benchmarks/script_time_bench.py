@@ -130,7 +130,9 @@ def per_hour(generous: bool) -> Policy:
 # --- peers ----------------------------------------------------------------------------
 
 
-def _limits(strategy: str) -> Factory:
+def _limits(strategy: str, stats: bool = False) -> Factory:
+    """limits' ``hit``; with ``stats``, then ``get_window_stats`` (remaining and reset)."""
+
     def factory(generous: bool, url: str) -> tuple[Decide, Callable[[], None]]:
         from limits import RateLimitItemPerHour, RateLimitItemPerSecond, strategies
         from limits.storage import RedisStorage
@@ -140,7 +142,10 @@ def _limits(strategy: str) -> Factory:
         item = RateLimitItemPerSecond(HIGH) if generous else RateLimitItemPerHour(LOW)
 
         def decide(key: str) -> bool:
-            return bool(limiter.hit(item, key))
+            allowed = bool(limiter.hit(item, key))
+            if stats:
+                limiter.get_window_stats(item, key)
+            return allowed
 
         return decide, _nothing
 
@@ -184,6 +189,10 @@ PEERS: dict[str, Factory] = {
     "limits fixed-window": _limits("FixedWindowRateLimiter"),
     "limits moving-window": _limits("MovingWindowRateLimiter"),
     "limits sliding-window-counter": _limits("SlidingWindowCounterRateLimiter"),
+    # What a headway decision answers too (remaining, reset), which limits' hit does not:
+    # listed, not held to.
+    "limits fixed-window + stats": _limits("FixedWindowRateLimiter", stats=True),
+    "limits moving-window + stats": _limits("MovingWindowRateLimiter", stats=True),
     "throttled-py token_bucket": _throttled("token_bucket"),
     "throttled-py gcra": _throttled("gcra"),
     "throttled-py leaking_bucket": _throttled("leaking_bucket"),
