@@ -1,6 +1,7 @@
 """Redis server time per rate-limit decision: headway's scripts beside limits and throttled-py.
 
     uv run --group bench python benchmarks/script_time_bench.py [--rounds 5] [--calls 2000]
+    uv run --group bench python benchmarks/script_time_bench.py --instructions   # callgrind
 
 What caps a fleet that shares one Redis is the server's CPU per decision, not the
 client's latency. This benchmark starts its own throw-away ``redis-server`` on a free
@@ -14,6 +15,11 @@ the client, so they are counted once. Scenarios: ``hot`` (a generous quota: ever
 admitted) and ``rejected`` (10 per hour: nearly every call refused). Rounds are
 interleaved (every contender once per round); medians over rounds.
 
+``--instructions`` counts instead the instructions the server runs per decision, under
+valgrind's callgrind (``_callgrind_redis.py``): every command the client sent, with the
+server's own request handling; deterministic, where the timings on a busy machine move
+by ±20 %.
+
 The floors are scripts with the arguments of headway's one-policy call: ``return 1``,
 ``TIME`` alone, ``TIME`` + ``GET``, ``TIME`` + ``GET`` + ``SET PX``.
 """
@@ -21,6 +27,7 @@ The floors are scripts with the arguments of headway's one-policy call: ``return
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import threading
 from collections import Counter
@@ -28,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis
+from _callgrind_redis import counted_redis
 from tests.servers import private_redis
 
 from headway import (
@@ -302,11 +310,59 @@ def report(results: dict[tuple[str, str], list[Sample]], rounds: int, calls: int
         print()
 
 
+def _repeat(decide: Decide, calls: int) -> None:
+    for _ in range(calls):
+        decide("k")
+
+
+def count_instructions(calls: int) -> dict[tuple[str, str], float]:
+    """Server instructions per decision of every contender (one pass: counts do not vary)."""
+    counts: dict[tuple[str, str], float] = {}
+    with counted_redis() as server:
+        admin = redis.Redis.from_url(server.url)
+        for scenario, generous in SCENARIOS.items():
+            for name in CONTENDERS:
+                admin.flushdb()
+                decide, close = CONTENDERS[name](generous, server.url)
+                for _ in range(LOW + 5):
+                    decide("k")
+                total = server.instructions(functools.partial(_repeat, decide, calls))
+                close()
+                counts[(name, scenario)] = total / calls
+        admin.close()
+    return counts
+
+
+def report_instructions(counts: dict[tuple[str, str], float], calls: int) -> None:
+    print(f"\nredis-server instructions per decision (callgrind, {calls} decisions each)\n")
+    for scenario in SCENARIOS:
+        print(f"### {scenario}\n")
+        print("| contender | instructions |")
+        print("|---|--:|")
+        for name in CONTENDERS:
+            print(f"| {name} | {counts[(name, scenario)]:,.0f} |")
+        print("\n| headway | instructions | best peer | instructions | headway / peer |")
+        print("|---|--:|---|--:|--:|")
+        for name, (_, peers) in HEADWAY.items():
+            own = counts[(name, scenario)]
+            peers = tuple(p for p in peers if (p, scenario) in counts)
+            if not peers:
+                print(f"| {name} | {own:,.0f} | — | | |")
+                continue
+            best = min(peers, key=lambda p: counts[(p, scenario)])
+            theirs = counts[(best, scenario)]
+            print(f"| {name} | {own:,.0f} | {best} | {theirs:,.0f} | {own / theirs:.2f} |")
+        print()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--only", nargs="*", default=None, help="contenders whose name has this")
+    parser.add_argument(
+        "--instructions", action="store_true", help="count the server's instructions (callgrind)"
+    )
     args = parser.parse_args()
     if args.only:
         keep = {n for n in CONTENDERS if any(word in n for word in args.only)}
@@ -316,6 +372,9 @@ def main() -> None:
         for name in list(HEADWAY):
             if name not in keep:
                 del HEADWAY[name]
+    if args.instructions:
+        report_instructions(count_instructions(min(args.calls, 500)), min(args.calls, 500))
+        return
     results: dict[tuple[str, str], list[Sample]] = {}
     with private_redis() as url:
         for _ in range(args.rounds):
