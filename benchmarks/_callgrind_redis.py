@@ -59,7 +59,9 @@ def counted_redis() -> Iterator[CountedRedis]:
             valgrind, "--tool=callgrind", f"--callgrind-out-file={folder}/cg.out",
             binary, "--port", str(port), "--save", "", "--appendonly", "no",
         ]  # fmt: skip
-        process = subprocess.Popen(command, cwd=folder, stderr=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            command, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         try:
             _wait_until_up(port)
             yield CountedRedis(process, port, folder)
