@@ -15,8 +15,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from headway import SyncMemoryRateLimitBackend, SyncRedisRateLimitBackend
+from headway._redis.scripts import Script
+from headway.ratelimit.algorithms import algorithm_of
+from headway.ratelimit.backends.contract import decide_call
+from headway.ratelimit.backends.redis import decide_script
 from headway.ratelimit.policies import Policy
-from tests.ratelimit.strategies import ALGORITHMS_BY_NAME, EPOCH_US, policy_sets, steps
+from tests.ratelimit.strategies import (
+    ALGORITHMS_BY_NAME,
+    EPOCH_US,
+    any_policy,
+    policy_sets,
+    steps,
+)
 
 pytestmark = pytest.mark.redis
 
@@ -67,3 +77,39 @@ def test_several_policies_match_the_model(
     calls: list[tuple[int, int, int, bool]],
 ) -> None:
     replay(sync_redis_client, policies, start, calls)
+
+
+def _stored(client: redis.Redis, key: str) -> object:
+    """What a key holds: a string state, or a sliding log's entries with their times."""
+    if client.type(key) == b"zset":
+        return client.zrange(key, 0, -1, withscores=True)
+    return client.get(key)
+
+
+@SETTINGS
+@given(policy=any_policy, start=st.integers(0, 10**9), calls=steps)
+def test_the_one_policy_script_matches_the_general_one(
+    sync_redis_client: redis.Redis,
+    policy: Policy,
+    start: int,
+    calls: list[tuple[int, int, int, bool]],
+) -> None:
+    """``decide_one.lua`` replies and writes what ``decide.lua`` does for one policy."""
+    one = decide_script([policy])
+    include = ("clock", "ratelimit/common", algorithm_of(policy).fragment)
+    general = Script("ratelimit/decide", include=include)
+    assert one.name == "ratelimit/decide_one"
+    run = next(_run)
+    now = EPOCH_US + start
+    for step, key_index, cost, peek in calls:
+        now += step
+        cost = min(cost, policy.limit)
+        replies = []
+        for script in (one, general):
+            keys, args = decide_call(f"{script.name}-{run}-{key_index}", [policy], cost, peek, now)
+            replies.append((script.run_sync(sync_redis_client, keys, args), keys[0]))
+        (mine, my_key), (theirs, their_key) = replies
+        assert mine == theirs, (policy, now, cost, peek)
+        assert _stored(sync_redis_client, my_key) == _stored(sync_redis_client, their_key)
+        # Both keys live while their state matters (from the test clock, with its grace).
+        assert (sync_redis_client.pttl(my_key) > 0) is (sync_redis_client.pttl(their_key) > 0)

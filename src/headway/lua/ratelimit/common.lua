@@ -1,5 +1,5 @@
--- The rate-limit library script: included by ratelimit/decide.lua, after clock.lua (never
--- run alone).
+-- The rate-limit library script: included by ratelimit/decide.lua and decide_one.lua, after
+-- clock.lua (never run alone).
 -- DEFINES (locals every later part of the script may use, and nothing else):
 --   idiv(a, b)            floor(a / b) for integers a >= 0, b > 0, exact
 --   fmt(n)                an integer as an exact decimal string
@@ -8,11 +8,20 @@
 --                         kind in ratelimit/algorithms.py) to a table with
 --     string_state        true if its state is a string decide.lua reads and writes;
 --                         else it reads and writes its own key itself
---     check(state, key, now, cost, a, b)  the answer, without writing: a table with ok,
---                         remaining, remaining_after, reset, reset_after, retry (and
---                         whatever its commit needs)
---     commit(key, now, r, grace_ms)  charge: returns the new state and how long it
---                         matters (us) for a string state, nothing otherwise
+--     check(state, key, now, cost, a, b, charging)  the answer, without writing, as
+--                         values: ok, remaining, reset, retry, remaining_after,
+--                         reset_after, then up to three values x, y, z its commit takes.
+--                         remaining and reset are before the charge, the _after ones
+--                         after it (only read when ok); retry is 0 when ok. charging
+--                         (decide_one.lua's charged call) says an admitting answer is
+--                         reported after the charge only, so reset may be left out then.
+--     commit(key, now, cost, a, b, x, y, z, grace_ms)  charge, given what check found:
+--                         for a string state, returns the state to write, how long it
+--                         matters (us), and true when the key's TTL already covers it
+--                         (a charge in the same window set it: decide_one.lua then
+--                         writes with KEEPTTL); nothing otherwise.
+-- Values, not tables: a decision allocates as little as it can, as every allocation is
+-- server time (made, then collected).
 -- Times are integer microseconds and counts integer units, held in Lua's doubles:
 -- every value stays below 2^53, so each one is exact.
 

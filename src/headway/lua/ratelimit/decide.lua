@@ -31,15 +31,13 @@ local cost = tonumber(ARGV[2])
 local peek = ARGV[3] == '1'
 local n = (#ARGV - 3) / 3
 
--- Which key (and, for strings, which part of KEYS[1]) each policy keeps its state in.
-local kinds, keys, parts = {}, {}, {}
+-- Each policy's algorithm, and the key its state is in: KEYS[1] for a string state,
+-- else the next key of its own.
+local kinds, keys = {}, {}
 local strings = 0
 for i = 1, n do
-  kinds[i] = algorithms[tonumber(ARGV[4 + 3 * (i - 1)])]
-  if kinds[i].string_state then
-    strings = strings + 1
-    parts[i] = strings
-  end
+  kinds[i] = algorithms[tonumber(ARGV[1 + 3 * i])]
+  if kinds[i].string_state then strings = strings + 1 end
 end
 local next_key = strings > 0 and 2 or 1
 for i = 1, n do
@@ -50,44 +48,43 @@ for i = 1, n do
     next_key = next_key + 1
   end
 end
-local values = {}
-if strings > 0 then
-  local value = redis.call('GET', KEYS[1])
-  if value then
-    for part in string.gmatch(value, '[^|]+') do values[#values + 1] = part end
-  end
-end
+local value = strings > 0 and redis.call('GET', KEYS[1])
+local from = 1 -- where the next policy's part of value starts
 
-local checks = {}
+-- What each policy's check found (common.lua: its values, in a table made at once).
+local found = {}
 local allowed = true
 for i = 1, n do
-  local base = 4 + 3 * (i - 1)
-  local state = parts[i] and values[parts[i]] or false
-  local r = kinds[i].check(state, keys[i], now, cost, tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]))
-  checks[i] = r
-  allowed = allowed and r.ok
+  local state = false
+  if value and kinds[i].string_state and from <= #value then
+    local bar = string.find(value, '|', from, true) or #value + 1
+    state = string.sub(value, from, bar - 1)
+    from = bar + 1
+  end
+  found[i] = {
+    kinds[i].check(state, keys[i], now, cost, tonumber(ARGV[2 + 3 * i]), tonumber(ARGV[3 + 3 * i])),
+  }
+  allowed = allowed and found[i][1]
 end
 
 local charge = allowed and not peek
 local out = {allowed and 1 or 0}
 local written, longest = {}, 0
 for i = 1, n do
-  local r = checks[i]
+  local f, at = found[i], 4 * i - 2
   if charge then
-    local state, ttl_us = kinds[i].commit(keys[i], now, r, grace_ms)
+    local state, ttl_us = kinds[i].commit(
+      keys[i], now, cost, tonumber(ARGV[2 + 3 * i]), tonumber(ARGV[3 + 3 * i]), f[7], f[8], f[9], grace_ms
+    )
     if state then
       written[#written + 1] = state
       if ttl_us > longest then longest = ttl_us end
     end
-    out[#out + 1] = 1
-    out[#out + 1] = r.remaining_after
-    out[#out + 1] = r.reset_after
+    out[at], out[at + 1], out[at + 2] = 1, f[5], f[6]
   else
-    out[#out + 1] = r.ok and 1 or 0
-    out[#out + 1] = r.remaining
-    out[#out + 1] = r.reset
+    out[at], out[at + 1], out[at + 2] = f[1] and 1 or 0, f[2], f[3]
   end
-  out[#out + 1] = r.retry
+  out[at + 3] = f[4]
 end
 if #written > 0 then
   -- The key lasts as long as its longest-lived state; a state that stopped mattering

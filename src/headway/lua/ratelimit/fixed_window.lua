@@ -1,15 +1,17 @@
--- Fixed window: a fragment of ratelimit/decide.lua (not run alone).
+-- Fixed window: a fragment of ratelimit/decide.lua and decide_one.lua (not run alone).
 -- NEEDS       from ratelimit/common.lua: idiv, algorithms
 -- REGISTERS   algorithms[3] (kind 3 in ratelimit/algorithms.py)
 -- STATE  "<w>:<c>": w = window index (floor(server us / window_us)), c = units
 --        charged in it; it matters until the window ends.
 -- a    window_us
 -- b    limit: units per window
--- check(state, key, now, cost, a, b), with state the STATE decide.lua read from the
--- string key (false if none), returns the fields decide.lua reports:
---   ok, remaining, remaining_after, reset (until the window ends), reset_after, retry.
--- commit returns the STATE to write and how long it matters (us).
-local fixed_window = { string_state = true }
+-- check(state, key, now, cost, a, b), with state the STATE the main read from the
+-- string key (false if none), returns what common.lua says (reset: until the window
+-- ends), and for its commit x = the window index, y = the units charged in it so far.
+-- commit returns the STATE to write, how long it matters (us), and whether the key's
+-- TTL covers it already: every charge in a window sets it to the window's end.
+-- Sized for its three fields at once (one allocation, no rehash as functions are added).
+local fixed_window = { string_state = true, check = nil, commit = nil }
 
 function fixed_window.check(state, key, now, cost, a, b)
   local index = idiv(now, a)
@@ -19,26 +21,14 @@ function fixed_window.check(state, key, now, cost, a, b)
     if tonumber(w) == index then count = tonumber(c) end
   end
   local reset = (index + 1) * a - now
-  local r = {
-    ok = count + cost <= b,
-    remaining = b - count,
-    reset = reset,
-    reset_after = reset,
-    retry = 0,
-    index = index,
-    count = count + cost,
-  }
-  if r.ok then
-    r.remaining_after = b - count - cost
-  else
-    r.remaining_after = r.remaining
-    r.retry = reset
+  if count + cost > b then
+    return false, b - count, reset, reset, b - count, reset
   end
-  return r
+  return true, b - count, reset, 0, b - count - cost, reset, index, count
 end
 
-function fixed_window.commit(_, _, r)
-  return string.format('%d:%d', r.index, r.count), r.reset
+function fixed_window.commit(_, now, cost, a, _, index, count)
+  return string.format('%d:%d', index, count + cost), (index + 1) * a - now, count > 0
 end
 
 algorithms[3] = fixed_window

@@ -1,15 +1,17 @@
--- Leaky bucket as a meter: a fragment of ratelimit/decide.lua (not run alone).
+-- Leaky bucket as a meter: a fragment of ratelimit/decide.lua and decide_one.lua (not run
+-- alone).
 -- NEEDS       from ratelimit/common.lua: idiv, algorithms
 -- REGISTERS   algorithms[2] (kind 2 in ratelimit/algorithms.py)
 -- STATE  "<l>:<t>": l = level (us of leaking left), t = server us when measured; the
 --        bucket is empty when the level has leaked away, so the state matters until then.
 -- a    interval_us: microseconds to leak one unit
 -- b    capacity: units the bucket holds
--- check(state, key, now, cost, a, b), with state the STATE decide.lua read from the
--- string key (false if none), returns the fields decide.lua reports:
---   ok, remaining, remaining_after, reset (until empty), reset_after, retry.
+-- check(state, key, now, cost, a, b), with state the STATE the main read from the
+-- string key (false if none), returns what common.lua says (reset: until empty), and
+-- for its commit x = the new level.
 -- commit returns the STATE to write and how long it matters (us).
-local leaky_bucket = { string_state = true }
+-- Sized for its three fields at once (one allocation, no rehash as functions are added).
+local leaky_bucket = { string_state = true, check = nil, commit = nil }
 
 function leaky_bucket.check(state, key, now, cost, a, b)
   local full = a * b
@@ -23,25 +25,15 @@ function leaky_bucket.check(state, key, now, cost, a, b)
   level = level - elapsed
   if level < 0 then level = 0 end
   local new_level = level + cost * a
-  local r = {
-    ok = new_level <= full,
-    remaining = idiv(full - level, a),
-    reset = level,
-    reset_after = new_level,
-    retry = 0,
-    new_level = new_level,
-  }
-  if r.ok then
-    r.remaining_after = idiv(full - new_level, a)
-  else
-    r.remaining_after = r.remaining
-    r.retry = new_level - full
+  local remaining = idiv(full - level, a)
+  if new_level > full then
+    return false, remaining, level, new_level - full, remaining, level
   end
-  return r
+  return true, remaining, level, 0, idiv(full - new_level, a), new_level, new_level
 end
 
-function leaky_bucket.commit(_, now, r)
-  return string.format('%d:%d', r.new_level, now), r.new_level
+function leaky_bucket.commit(_, now, _, _, _, new_level)
+  return string.format('%d:%d', new_level, now), new_level
 end
 
 algorithms[2] = leaky_bucket

@@ -1,4 +1,4 @@
--- Sliding counter: a fragment of ratelimit/decide.lua (not run alone).
+-- Sliding counter: a fragment of ratelimit/decide.lua and decide_one.lua (not run alone).
 -- NEEDS       from ratelimit/common.lua: idiv, algorithms
 -- REGISTERS   algorithms[5] (kind 5 in ratelimit/algorithms.py)
 -- STATE  "<w>:<c>:<p>": w = current window index, c = units charged in it, p = units
@@ -8,11 +8,13 @@
 -- b    limit
 -- A request is admitted when p * (W - e) + (c + cost) * W <= limit * W, with e the
 -- time elapsed in the current window (integers: the weighted estimate, times W).
--- check(state, key, now, cost, a, b), with state the STATE decide.lua read from the
--- string key (false if none), returns the fields decide.lua reports:
---   ok, remaining, remaining_after, reset (until the estimate is 0), reset_after, retry.
--- commit returns the STATE to write and how long it matters (us).
-local sliding_counter = { string_state = true }
+-- check(state, key, now, cost, a, b), with state the STATE the main read from the
+-- string key (false if none), returns what common.lua says (reset: until the estimate
+-- is 0), and for its commit x = the window index, y = c, z = p (before the charge).
+-- commit returns the STATE to write, how long it matters (us), and whether the key's
+-- TTL covers it already: every charge in a window sets it to the next window's end.
+-- Sized for its three fields at once (one allocation, no rehash as functions are added).
+local sliding_counter = { string_state = true, check = nil, commit = nil }
 
 local function counter_reset(index, a, now, c, p)
   if c > 0 then return (index + 2) * a - now end
@@ -40,34 +42,26 @@ function sliding_counter.check(state, key, now, cost, a, b)
     end
   end
   local weighted = p * (a - e)
-  local r = {
-    ok = weighted + (c + cost) * a <= b * a,
-    remaining = counter_room(weighted, c, a, b),
-    reset = counter_reset(index, a, now, c, p),
-    retry = 0,
-    index = index,
-    c = c + cost,
-    p = p,
-  }
-  if r.ok then
-    r.remaining_after = counter_room(weighted, c + cost, a, b)
-    r.reset_after = counter_reset(index, a, now, c + cost, p)
-  else
-    r.remaining_after = r.remaining
-    r.reset_after = r.reset
-    if c + cost <= b then
-      r.retry = a - idiv((b - c - cost) * a, p) - e
-    else
-      local wait = a - idiv((b - cost) * a, c)
-      if wait < 0 then wait = 0 end
-      r.retry = a - e + wait
-    end
+  local remaining = counter_room(weighted, c, a, b)
+  local reset = counter_reset(index, a, now, c, p)
+  if weighted + (c + cost) * a <= b * a then
+    -- After a charge the current window counts, so the estimate lasts to the next one's end.
+    local after = counter_room(weighted, c + cost, a, b)
+    return true, remaining, reset, 0, after, (index + 2) * a - now, index, c, p
   end
-  return r
+  local retry
+  if c + cost <= b then
+    retry = a - idiv((b - c - cost) * a, p) - e
+  else
+    local wait = a - idiv((b - cost) * a, c)
+    if wait < 0 then wait = 0 end
+    retry = a - e + wait
+  end
+  return false, remaining, reset, retry, remaining, reset
 end
 
-function sliding_counter.commit(_, _, r)
-  return string.format('%d:%d:%d', r.index, r.c, r.p), r.reset_after
+function sliding_counter.commit(_, now, cost, a, _, index, c, p)
+  return string.format('%d:%d:%d', index, c + cost, p), (index + 2) * a - now, c > 0
 end
 
 algorithms[5] = sliding_counter

@@ -32,7 +32,7 @@ from headway.ratelimit.slots import Grant, slot_key
 
 __all__ = ["RedisRateLimitBackend", "SyncRedisRateLimitBackend", "decide_script"]
 
-_DECIDE: dict[tuple[int, ...], Script] = {}
+_DECIDE: dict[tuple[bool, tuple[int, ...]], Script] = {}
 #: Whether calls go over headway's pipelined connection (``_redis.wire``) unless told otherwise.
 COALESCE = True
 SLOT_ACQUIRE = Script("permits/acquire", include=("clock",))
@@ -41,13 +41,19 @@ SLOT_EXTEND = Script("permits/extend", include=("clock",))
 
 
 def decide_script(policies: Sequence[Policy]) -> Script:
-    """``ratelimit/decide.lua`` with just the algorithms ``policies`` use (defined per call)."""
-    used = PolicySet.of(policies).algorithms
-    kinds = tuple(a.kind for a in used)
-    script = _DECIDE.get(kinds)
+    """The script deciding ``policies``, with just the algorithms they use (defined per call).
+
+    One policy runs ``ratelimit/decide_one.lua``, several ``ratelimit/decide.lua``: the same
+    arguments, reply and state, the first without the loops and tables several need.
+    """
+    policies = PolicySet.of(policies)
+    kinds = tuple(a.kind for a in policies.algorithms)
+    alone = len(policies) == 1
+    script = _DECIDE.get((alone, kinds))
     if script is None:
-        include = ("clock", "ratelimit/common", *(a.fragment for a in used))
-        script = _DECIDE[kinds] = Script("ratelimit/decide", include=include)
+        include = ("clock", "ratelimit/common", *(a.fragment for a in policies.algorithms))
+        main = "ratelimit/decide_one" if alone else "ratelimit/decide"
+        script = _DECIDE[(alone, kinds)] = Script(main, include=include)
     return script
 
 

@@ -1,0 +1,389 @@
+"""Redis server time per rate-limit decision: headway's scripts beside limits and throttled-py.
+
+    uv run --group bench python benchmarks/script_time_bench.py [--rounds 5] [--calls 2000]
+    uv run --group bench python benchmarks/script_time_bench.py --instructions   # callgrind
+
+What caps a fleet that shares one Redis is the server's CPU per decision, not the
+client's latency. This benchmark starts its own throw-away ``redis-server`` on a free
+loopback port (stopped by PID at the end) and, for each contender, makes ``--calls``
+sequential decisions on one key after ``CONFIG RESETSTAT``, then reads ``INFO
+commandstats``: the ``usec`` of EVALSHA per decision (the script's time inside Redis,
+its own commands included) and of **all** commands the client sent (a peer that sends a
+plain command beside its script pays for both). Commands run inside scripts appear in
+commandstats too; a short ``MONITOR`` sample of each contender tells which were sent by
+the client, so they are counted once. Scenarios: ``hot`` (a generous quota: every call
+admitted) and ``rejected`` (10 per hour: nearly every call refused). Rounds are
+interleaved (every contender once per round); medians over rounds.
+
+``--instructions`` counts instead the instructions the server runs per decision, under
+valgrind's callgrind (``_callgrind_redis.py``): every command the client sent, with the
+server's own request handling; deterministic, where the timings on a busy machine move
+by ±20 %.
+
+The floors are scripts with the arguments of headway's one-policy call: ``return 1``,
+``TIME`` alone, ``TIME`` + ``GET``, ``TIME`` + ``GET`` + ``SET PX``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+from _callgrind_redis import counted_redis
+from tests.servers import private_redis
+
+from headway import (
+    FixedWindow,
+    LeakyBucket,
+    SlidingCounter,
+    SlidingLog,
+    SyncRateLimiter,
+    SyncRedisRateLimitBackend,
+    TokenBucket,
+)
+from headway.ratelimit.policies import Policy
+
+Decide = Callable[[str], bool]
+#: Builds a contender for a scenario on a server URL: its decide function and a closer.
+Factory = Callable[[bool, str], tuple[Decide, Callable[[], None]]]
+
+HIGH = 100_000  # per second: the "hot" quota, never reached here
+LOW = 10  # per hour: the "rejected" quota
+SCENARIOS = {"hot": True, "rejected": False}
+
+
+def _nothing() -> None:
+    return None
+
+
+# --- floors ---------------------------------------------------------------------------
+
+
+def _floor(body: str) -> Factory:
+    """A script of ``body`` called with the keys and arguments of a one-policy decision."""
+
+    def factory(generous: bool, url: str) -> tuple[Decide, Callable[[], None]]:
+        client = redis.Redis.from_url(url)
+        sha = client.script_load(body)
+
+        def decide(key: str) -> bool:
+            return bool(client.evalsha(sha, 1, "headway:{" + key + "}:rl", "", 1, 0, 1, 10, 1000))
+
+        return decide, client.close
+
+    return factory
+
+
+GET_SET = "redis.call('TIME') local v = redis.call('GET', KEYS[1]) "
+FLOORS: dict[str, Factory] = {
+    "floor: return 1": _floor("return 1"),
+    "floor: TIME": _floor("redis.call('TIME') return 1"),
+    "floor: TIME+GET": _floor(GET_SET + "return 1"),
+    "floor: TIME+GET+SET": _floor(
+        GET_SET + "redis.call('SET', KEYS[1], '1:2', 'PX', 1000) return 1"
+    ),
+}
+
+
+# --- headway --------------------------------------------------------------------------
+
+
+def _headway(*make: Callable[[bool], Policy]) -> Factory:
+    def factory(generous: bool, url: str) -> tuple[Decide, Callable[[], None]]:
+        backend = SyncRedisRateLimitBackend.from_url(url)
+        limiter = SyncRateLimiter(*(m(generous) for m in make), backend=backend)
+
+        def decide(key: str) -> bool:
+            return limiter.hit(key).allowed
+
+        return decide, backend.client.close
+
+    return factory
+
+
+def token_bucket(generous: bool) -> Policy:
+    return TokenBucket(HIGH, HIGH, 1.0) if generous else TokenBucket(LOW, LOW, 3600.0)
+
+
+def leaky_bucket(generous: bool) -> Policy:
+    return LeakyBucket(HIGH, HIGH, 1.0) if generous else LeakyBucket(LOW, LOW, 3600.0)
+
+
+def fixed_window(generous: bool) -> Policy:
+    return FixedWindow(HIGH, 1.0) if generous else FixedWindow(LOW, 3600.0)
+
+
+def sliding_log(generous: bool) -> Policy:
+    return SlidingLog(HIGH, 1.0) if generous else SlidingLog(LOW, 3600.0)
+
+
+def sliding_counter(generous: bool) -> Policy:
+    return SlidingCounter(HIGH, 1.0) if generous else SlidingCounter(LOW, 3600.0)
+
+
+def per_minute(generous: bool) -> Policy:
+    return FixedWindow(60 * HIGH, 60.0) if generous else FixedWindow(60 * LOW, 60.0)
+
+
+def per_hour(generous: bool) -> Policy:
+    return SlidingCounter(HIGH, 3600.0) if generous else SlidingCounter(LOW * 2, 3600.0)
+
+
+# --- peers ----------------------------------------------------------------------------
+
+
+def _limits(strategy: str, stats: bool = False) -> Factory:
+    """limits' ``hit``; with ``stats``, then ``get_window_stats`` (remaining and reset)."""
+
+    def factory(generous: bool, url: str) -> tuple[Decide, Callable[[], None]]:
+        from limits import RateLimitItemPerHour, RateLimitItemPerSecond, strategies
+        from limits.storage import RedisStorage
+
+        storage = RedisStorage(url)
+        limiter = getattr(strategies, strategy)(storage)
+        item = RateLimitItemPerSecond(HIGH) if generous else RateLimitItemPerHour(LOW)
+
+        def decide(key: str) -> bool:
+            allowed = bool(limiter.hit(item, key))
+            if stats:
+                limiter.get_window_stats(item, key)
+            return allowed
+
+        return decide, _nothing
+
+    return factory
+
+
+def _throttled(using: str) -> Factory:
+    def factory(generous: bool, url: str) -> tuple[Decide, Callable[[], None]]:
+        from throttled import RedisStore, Throttled, per_hour, per_sec
+
+        store = RedisStore(server=url)
+        quota = per_sec(HIGH, burst=HIGH) if generous else per_hour(LOW, burst=LOW)
+        throttle = Throttled(using=using, quota=quota, store=store, timeout=-1)
+
+        def decide(key: str) -> bool:
+            return not throttle.limit(key).limited
+
+        return decide, _nothing
+
+    return factory
+
+
+#: Each headway row names the peers it is held to (the best of them, on all commands).
+HEADWAY: dict[str, tuple[Factory, tuple[str, ...]]] = {
+    "headway TokenBucket": (
+        _headway(token_bucket),
+        ("throttled-py token_bucket", "throttled-py gcra"),
+    ),
+    "headway LeakyBucket": (_headway(leaky_bucket), ("throttled-py leaking_bucket",)),
+    # throttled-py's fixed_window is no script: one INCRBY on a key per window named by
+    # the client's clock (listed, not held to: headway reads the server's).
+    "headway FixedWindow": (_headway(fixed_window), ("limits fixed-window",)),
+    "headway SlidingLog": (_headway(sliding_log), ("limits moving-window",)),
+    "headway SlidingCounter": (
+        _headway(sliding_counter),
+        ("limits sliding-window-counter", "throttled-py sliding_window"),
+    ),
+    "headway 3 policies": (_headway(token_bucket, per_minute, per_hour), ()),
+}
+PEERS: dict[str, Factory] = {
+    "limits fixed-window": _limits("FixedWindowRateLimiter"),
+    "limits moving-window": _limits("MovingWindowRateLimiter"),
+    "limits sliding-window-counter": _limits("SlidingWindowCounterRateLimiter"),
+    # What a headway decision answers too (remaining, reset), which limits' hit does not:
+    # listed, not held to.
+    "limits fixed-window + stats": _limits("FixedWindowRateLimiter", stats=True),
+    "limits moving-window + stats": _limits("MovingWindowRateLimiter", stats=True),
+    "throttled-py token_bucket": _throttled("token_bucket"),
+    "throttled-py gcra": _throttled("gcra"),
+    "throttled-py leaking_bucket": _throttled("leaking_bucket"),
+    "throttled-py fixed_window": _throttled("fixed_window"),
+    "throttled-py sliding_window": _throttled("sliding_window"),
+}
+CONTENDERS: dict[str, Factory] = {**FLOORS, **{n: f for n, (f, _) in HEADWAY.items()}, **PEERS}
+
+
+# --- measuring ------------------------------------------------------------------------
+
+SCRIPT_CALLS = ("evalsha", "eval")
+
+
+def _stats(client: redis.Redis) -> dict[str, tuple[int, int]]:
+    """``INFO commandstats`` as command -> (calls, usec), without the benchmark's own."""
+    stats = client.info("commandstats")
+    return {
+        name.removeprefix("cmdstat_"): (s["calls"], s["usec"])
+        for name, s in stats.items()
+        if not name.startswith(("cmdstat_info", "cmdstat_config", "cmdstat_flushdb"))
+    }
+
+
+def sent_by_client(decide: Decide, key: str, url: str, calls: int = 20) -> dict[str, float]:
+    """Per command name, the share of its calls the client sent (MONITOR: the rest ran in Lua)."""
+    client = redis.Redis.from_url(url)
+    seen: Counter[tuple[str, bool]] = Counter()
+    ready = threading.Event()
+
+    def listen() -> None:
+        with client.monitor() as monitor:  # type: ignore[no-untyped-call]
+            ready.set()
+            for entry in monitor.listen():
+                words = entry["command"].split()
+                if words[:2] == ["ECHO", "end-of-sample"]:
+                    return
+                seen[(words[0].lower(), entry["client_type"] == "lua")] += 1
+
+    thread = threading.Thread(target=listen)
+    thread.start()
+    ready.wait(5)
+    # MONITOR is attached once its connection answered; a PING through it would be consumed.
+    redis.Redis.from_url(url).ping()
+    for _ in range(calls):
+        decide(key)
+    redis.Redis.from_url(url).echo("end-of-sample")
+    thread.join(10)
+    names = {name for name, _ in seen}
+    return {n: seen[(n, False)] / (seen[(n, False)] + seen[(n, True)]) for n in names}
+
+
+@dataclass
+class Sample:
+    script_us: float  # EVALSHA usec per decision
+    all_us: float  # every command the client sent, per decision
+    admitted: float
+
+
+def measure(name: str, generous: bool, url: str, calls: int) -> Sample:
+    admin = redis.Redis.from_url(url)
+    admin.flushdb()
+    decide, close = CONTENDERS[name](generous, url)
+    try:
+        for _ in range(LOW + 5):  # connections, scripts loaded, the rejected key's quota used
+            decide("k")
+        shares = sent_by_client(decide, "k", url)
+        admin.config_resetstat()
+        admitted = sum(decide("k") for _ in range(calls))
+        stats = _stats(admin)
+    finally:
+        close()
+        admin.flushdb()
+        admin.close()
+    script = sum(stats.get(c, (0, 0))[1] for c in SCRIPT_CALLS)
+    everything = sum(usec * shares.get(n, 0.0) for n, (_, usec) in stats.items())
+    return Sample(script / calls, everything / calls, admitted / calls)
+
+
+def _median(samples: list[Sample], attribute: str) -> float:
+    return statistics.median(float(getattr(s, attribute)) for s in samples)
+
+
+def report(results: dict[tuple[str, str], list[Sample]], rounds: int, calls: int) -> None:
+    print(f"\n{rounds} round(s) x {calls} sequential decisions; usec per decision, medians\n")
+    for scenario in SCENARIOS:
+        print(f"### {scenario}\n")
+        print("| contender | EVALSHA µs | all commands µs | admitted |")
+        print("|---|--:|--:|--:|")
+        for name in CONTENDERS:
+            s = results[(name, scenario)]
+            print(
+                f"| {name} | {_median(s, 'script_us'):.2f} | {_median(s, 'all_us'):.2f} "
+                f"| {_median(s, 'admitted'):.0%} |"
+            )
+        print("\n| headway | µs (all) | best peer | µs (all) | headway / peer |")
+        print("|---|--:|---|--:|--:|")
+        for name, (_, peers) in HEADWAY.items():
+            own = _median(results[(name, scenario)], "all_us")
+            peers = tuple(p for p in peers if (p, scenario) in results)
+            if not peers:
+                print(f"| {name} | {own:.2f} | — | | |")
+                continue
+            best = min(peers, key=lambda p: _median(results[(p, scenario)], "all_us"))
+            theirs = _median(results[(best, scenario)], "all_us")
+            print(f"| {name} | {own:.2f} | {best} | {theirs:.2f} | {own / theirs:.2f} |")
+        print()
+
+
+def _repeat(decide: Decide, calls: int) -> None:
+    for _ in range(calls):
+        decide("k")
+
+
+def count_instructions(calls: int) -> dict[tuple[str, str], float]:
+    """Server instructions per decision of every contender (one pass: counts do not vary)."""
+    counts: dict[tuple[str, str], float] = {}
+    with counted_redis() as server:
+        admin = redis.Redis.from_url(server.url)
+        for scenario, generous in SCENARIOS.items():
+            for name in CONTENDERS:
+                admin.flushdb()
+                decide, close = CONTENDERS[name](generous, server.url)
+                for _ in range(LOW + 5):
+                    decide("k")
+                total = server.instructions(functools.partial(_repeat, decide, calls))
+                close()
+                counts[(name, scenario)] = total / calls
+        admin.close()
+    return counts
+
+
+def report_instructions(counts: dict[tuple[str, str], float], calls: int) -> None:
+    print(f"\nredis-server instructions per decision (callgrind, {calls} decisions each)\n")
+    for scenario in SCENARIOS:
+        print(f"### {scenario}\n")
+        print("| contender | instructions |")
+        print("|---|--:|")
+        for name in CONTENDERS:
+            print(f"| {name} | {counts[(name, scenario)]:,.0f} |")
+        print("\n| headway | instructions | best peer | instructions | headway / peer |")
+        print("|---|--:|---|--:|--:|")
+        for name, (_, peers) in HEADWAY.items():
+            own = counts[(name, scenario)]
+            peers = tuple(p for p in peers if (p, scenario) in counts)
+            if not peers:
+                print(f"| {name} | {own:,.0f} | — | | |")
+                continue
+            best = min(peers, key=lambda p: counts[(p, scenario)])
+            theirs = counts[(best, scenario)]
+            print(f"| {name} | {own:,.0f} | {best} | {theirs:,.0f} | {own / theirs:.2f} |")
+        print()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--only", nargs="*", default=None, help="contenders whose name has this")
+    parser.add_argument(
+        "--instructions", action="store_true", help="count the server's instructions (callgrind)"
+    )
+    args = parser.parse_args()
+    if args.only:
+        keep = {n for n in CONTENDERS if any(word in n for word in args.only)}
+        for name in list(CONTENDERS):
+            if name not in keep:
+                del CONTENDERS[name]
+        for name in list(HEADWAY):
+            if name not in keep:
+                del HEADWAY[name]
+    if args.instructions:
+        report_instructions(count_instructions(min(args.calls, 500)), min(args.calls, 500))
+        return
+    results: dict[tuple[str, str], list[Sample]] = {}
+    with private_redis() as url:
+        for _ in range(args.rounds):
+            for scenario, generous in SCENARIOS.items():
+                for name in CONTENDERS:
+                    sample = measure(name, generous, url, args.calls)
+                    results.setdefault((name, scenario), []).append(sample)
+    report(results, args.rounds, args.calls)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+-- Decide (and charge) ONE rate-limit policy on one key: decide.lua specialised for the
+-- common call, with the same KEYS, ARGV and reply, and the same state (so a key can be
+-- decided by either). It skips what only several policies need: the tables of kinds,
+-- keys and results, splitting and joining the string key, the loop over policies.
+-- INCLUDES  clock.lua (server_now_us), ratelimit/common.lua, then the fragment
+--           (ratelimit/<algorithm>.lua) of the policy's algorithm (one script per kind).
+-- NEEDS     from clock: server_now_us; from common: ttl_ms, and `algorithms` as the fragment
+--           fills it.
+-- KEYS[1]  the policy's state: its string (algorithms with string_state), else its own key
+-- ARGV[1]  now: "" reads the server's TIME (always, in production); an integer number of
+--          microseconds is accepted only from the differential tests, and then every TTL
+--          gets a 60 s grace, as the test clock is not Redis's
+-- ARGV[2]  cost: units to charge (>= 1)
+-- ARGV[3]  peek: 1 = decide without charging, 0 = charge when the policy admits
+-- ARGV[4..6]  kind, a, b of the policy
+-- Returns {allowed, ok, remaining, reset_us, retry_us} (allowed = ok): remaining and
+-- reset_us are after the charge when one was made; retry_us is 0 when it admits.
+local now, grace_ms
+if ARGV[1] == '' then
+  now = server_now_us()
+  grace_ms = 0
+else
+  now = tonumber(ARGV[1])
+  grace_ms = 60000
+end
+local algorithm = algorithms[tonumber(ARGV[4])]
+local key = KEYS[1]
+local cost, a, b = tonumber(ARGV[2]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local charging = ARGV[3] == '0'
+local state = false
+if algorithm.string_state then state = redis.call('GET', key) end
+local ok, remaining, reset, retry, remaining_after, reset_after, x, y, z =
+  algorithm.check(state, key, now, cost, a, b, charging)
+if not ok then return {0, 0, remaining, reset, retry} end
+if not charging then return {1, 1, remaining, reset, 0} end
+local value, ttl_us, kept = algorithm.commit(key, now, cost, a, b, x, y, z, grace_ms)
+if kept then
+  -- Its TTL reaches where this state stops mattering already: SET with PX costs the
+  -- server about twice a SET that keeps it.
+  redis.call('SET', key, value, 'KEEPTTL')
+elseif value then
+  redis.call('SET', key, value, 'PX', ttl_ms(ttl_us, grace_ms))
+end
+return {1, 1, remaining_after, reset_after, 0}
