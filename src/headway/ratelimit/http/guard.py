@@ -212,11 +212,7 @@ class Guard:
             if rule.dynamic is not None:
                 resolved = await rule.dynamic.resolve(scope)
                 if isinstance(resolved, Decision):  # not policies: the rule's failure mode
-                    event = RateLimitEvent(
-                        rule.name, identity, route, method, 0, resolved, "errored",
-                        (self.shadow or rule.shadow) and not resolved.allowed,
-                    )  # fmt: skip
-                    if await self._unresolved(event):
+                    if await self._unresolved(rule, identity, route, method, resolved):
                         return await self._refuse(rule, resolved, checked, scope, slots)
                     continue
                 rule = resolved
@@ -233,11 +229,9 @@ class Guard:
                 if slots is None:
                     slots = contextlib.AsyncExitStack()
                 held = await _take_slot(slots, rule.concurrency, key)
-            refused: RuleAnswer | None = None
-            for answer in (rate, held):
-                if answer is None:
-                    continue
-                checked.append((rule, answer))
+            answers = [answer for answer in (rate, held) if answer is not None]
+            checked.extend((rule, answer) for answer in answers)
+            for answer in answers:
                 outcome = self._note(rule, answer)
                 if self.on_decision is not None:
                     event = RateLimitEvent(
@@ -245,8 +239,7 @@ class Guard:
                         shadow and not answer.allowed,
                     )  # fmt: skip
                     await self._report(event)
-                if refused is None and not answer.allowed:
-                    refused = answer
+            refused = next((answer for answer in answers if not answer.allowed), None)
             if refused is not None:
                 if not shadow:
                     return await self._refuse(rule, refused, checked, scope, slots)
@@ -256,11 +249,17 @@ class Guard:
             return NO_RULE_APPLIED
         return _ruling(Ruling, (response_fields(checked, self.legacy), None, slots))
 
-    async def _unresolved(self, event: RateLimitEvent) -> bool:
+    async def _unresolved(
+        self, rule: BoundRule, identity: str, route: str | None, method: str, failed: Decision
+    ) -> bool:
         """Count and report a dynamic rule without policies; whether to refuse the request.
 
         The event's cost is 0: nothing was charged.
         """
+        event = RateLimitEvent(
+            rule.name, identity, route, method, 0, failed, "errored",
+            (self.shadow or rule.shadow) and not failed.allowed,
+        )  # fmt: skip
         self.counts[event.rule, "errored"] += 1
         if self.on_decision is not None:
             await self._report(event)
