@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis import asyncio as aioredis
+from redis.exceptions import ResponseError
 
 from headway._clock import Clock
 from headway._redis.errors import UNAVAILABLE, unavailable
@@ -29,6 +30,7 @@ from headway.lock.backends.redis.keys import (
     leave_call,
     lock_keys,
     release_call,
+    slot_moving,
 )
 from headway.lock.backends.redis.riders import Riders
 from headway.lock.backends.redis.waker import Waker
@@ -101,6 +103,10 @@ class RedisLockBackend(QueuedBackend):
             return await self._wires.call(script, keys, args, orphan, self.timeout, always)
         except UNAVAILABLE as exc:
             raise unavailable(exc, self.timeout) from exc
+        except ResponseError as exc:
+            if slot_moving(exc):
+                raise unavailable(exc, self.timeout) from exc
+            raise
 
     def _shielded(self) -> bool:
         # A call on our connection is written before its first await, and a reply

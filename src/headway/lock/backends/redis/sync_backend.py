@@ -29,6 +29,7 @@ from headway.lock.backends.redis.keys import (
     leave_call,
     lock_keys,
     release_call,
+    slot_moving,
 )
 from headway.lock.backends.redis.riders import Riders
 from headway.lock.backends.redis.sync_waker import SyncWaker
@@ -93,6 +94,10 @@ class SyncRedisLockBackend(SyncQueuedBackend):
             return call()
         except UNAVAILABLE as exc:
             raise unavailable(exc, self.timeout) from exc
+        except redis.ResponseError as exc:
+            if slot_moving(exc):  # a resharding: see ``keys.slot_moving``
+                raise unavailable(exc, self.timeout) from exc
+            raise
 
     def _home(self) -> object:
         """Where a rider may ride: on our own sockets only (None on redis-py's)."""
