@@ -186,3 +186,36 @@ async def test_primary_killed_under_traffic(
     # holders overlap), never the order: fences keep rising, so the store's check
     # turns the older holder's writes away.
     assert ledger.rising()
+
+
+async def test_a_waiter_follows_its_slot_to_the_new_owner(primaries: list[int]) -> None:
+    resource = "following"
+    slot = cluster_ops.slot_of(primaries[0], lock_keys(resource).owner)
+    source = cluster_ops.owner(primaries[0], slot)
+    target = next(port for port in primaries if port != source)
+    clients = [RedisCluster(host="127.0.0.1", port=primaries[0]) for _ in range(2)]
+    holder, waiter = CountedBackend(clients[0]), CountedBackend(clients[1])
+    try:
+        held = await Lock(holder, resource, ttl=30).acquire()
+        waiting = asyncio.create_task(Lock(waiter, resource, ttl=5, timeout=30).acquire())
+        await _attempts(waiter, 2)  # subscribed on the old owner
+        await asyncio.to_thread(cluster_ops.migrate_slot, slot, source, target, primaries)
+        # Unsubscribed by the old owner: it tries (3, MOVED: its client learns the new
+        # owner), listens there and tries again (4) before it waits.
+        await _attempts(waiter, 4)
+        await holder.release(held)
+        lease = await waiting
+        assert lease.fence > held.fence
+        assert waiter.attempts == 4  # handed the lock by the new owner's message
+        await waiter.release(lease)
+    finally:
+        for backend, client in zip((holder, waiter), clients, strict=True):
+            await backend.aclose()
+            await client.aclose()
+
+
+async def _attempts(backend: CountedBackend, count: int) -> None:
+    async with asyncio.timeout(10):
+        while backend.attempts < count:
+            backend.tried.clear()
+            await backend.tried.wait()

@@ -9,11 +9,14 @@ that owns its slot now (the client's slot map), through a ``Waker`` (or a
 in turn, each with the whole timeout, so a message on one node waits behind a
 quiet other: hence a reader per node, ours.
 
-A waiter is parted on the waker it listened on, even if the slot moved since.
 When a slot moves, its node ends the subscriptions (``sunsubscribe``) and its
-waker wakes their waiters, who try again; the next listener subscribes on the
-slot's new owner. A node that dies wakes its waiters likewise. Until then a
-waiter waits out its bound (``WAIT_CAP``): slower, never unsafe.
+waker wakes their waiters, who try again; a node that dies wakes its waiters
+likewise. Before each wait a waiter checks that its waker is still the one of
+the node serving its channel; if not (the client's slot map changed), it
+listens on the new owner and returns at once, so the flow tries again before
+it waits (a hand-over published before the new subscription is found by that
+attempt). Anything missed meanwhile costs a bounded wait (``WAIT_CAP``), never
+safety.
 """
 
 from __future__ import annotations
@@ -39,6 +42,24 @@ def _owner_name(cluster: Any, channel: str) -> Any:
         return None
 
 
+class _RoutedWaiter:
+    """A task's waiter that follows its channel to the node serving it."""
+
+    def __init__(self, wakers: ClusterWaker, channel: str, waiter: str) -> None:
+        self._wakers = wakers
+        self.channel = channel
+        self.waiter = waiter
+        self.home: Waker | None = None
+        self.inner = _EventWaiter(Wake(asyncio.Event()))  # nobody wakes it: it waits its bound
+
+    async def wait(self, seconds: float) -> int | None:
+        if self.inner.wake.event.is_set() or self._wakers.route(self.channel) is self.home:
+            return await self.inner.wait(seconds)
+        await self._wakers.part(self.channel, self.waiter)
+        await self._wakers.settle(self)
+        return None  # try again now: the new subscription may have missed a hand-over
+
+
 class ClusterWaker:
     """The async backend's wake-ups on a ``redis.asyncio.RedisCluster``."""
 
@@ -48,7 +69,8 @@ class ClusterWaker:
         self._wakers: dict[str, tuple[Waker, Any]] = {}  # node name -> waker, its client
         self._homes: dict[tuple[str, str], Waker] = {}  # (channel, waiter) -> its waker
 
-    def _waker(self, channel: str) -> Waker | None:
+    def route(self, channel: str) -> Waker | None:
+        """The waker of the node serving ``channel`` (by the client's slot map)."""
         node = _owner_name(self._cluster, channel)
         if node is None:
             return None
@@ -62,25 +84,35 @@ class ClusterWaker:
             known = self._wakers[node.name] = (Waker(client, self._timeout, sharded=True), client)
         return known[0]
 
-    async def listen(self, channel: str, waiter: str) -> _EventWaiter:
-        """As ``Waker.listen``, on the node that owns ``channel``."""
-        waker = self._waker(channel)
+    async def listen(self, channel: str, waiter: str) -> _RoutedWaiter:
+        """As ``Waker.listen``, on the node that serves ``channel``."""
+        routed = _RoutedWaiter(self, channel, waiter)
+        await self.settle(routed)
+        return routed
+
+    async def settle(self, routed: _RoutedWaiter) -> None:
+        """Listen for ``routed`` on the node serving its channel now."""
+        channel, waiter = routed.channel, routed.waiter
+        routed.home = waker = self.route(channel)
         if waker is None:
-            return _EventWaiter(Wake(asyncio.Event()))  # nobody wakes it: it waits its bound
+            return
         self._homes[channel, waiter] = waker
         try:
-            return await waker.listen(channel, waiter)
+            routed.inner = await waker.listen(channel, waiter)
         except BaseException:
             self._homes.pop((channel, waiter), None)
             raise
 
-    def join(self, channel: str, waiter: str) -> _EventWaiter | None:
-        """As ``Waker.join``, on the node that owns ``channel``."""
-        waker = self._waker(channel)
+    def join(self, channel: str, waiter: str) -> _RoutedWaiter | None:
+        """As ``Waker.join``, on the node that serves ``channel``."""
+        waker = self.route(channel)
         joined = waker.join(channel, waiter) if waker is not None else None
-        if waker is not None and joined is not None:
-            self._homes[channel, waiter] = waker
-        return joined
+        if waker is None or joined is None:
+            return None
+        self._homes[channel, waiter] = waker
+        routed = _RoutedWaiter(self, channel, waiter)
+        routed.home, routed.inner = waker, joined
+        return routed
 
     async def part(self, channel: str, waiter: str) -> None:
         """As ``Waker.part``, on the waker ``waiter`` listened on."""
@@ -103,6 +135,24 @@ class ClusterWaker:
             await client.aclose()
 
 
+class _RoutedThreadWaiter:
+    """A thread's waiter that follows its channel to the node serving it."""
+
+    def __init__(self, wakers: SyncClusterWaker, channel: str, waiter: str) -> None:
+        self._wakers = wakers
+        self.channel = channel
+        self.waiter = waiter
+        self.home: SyncWaker | None = None
+        self.inner = _ThreadWaiter(Wake(threading.Event()))  # it waits its bound
+
+    def wait(self, seconds: float) -> int | None:
+        if self.inner.wake.event.is_set() or self._wakers.route(self.channel) is self.home:
+            return self.inner.wait(seconds)
+        self._wakers.part(self.channel, self.waiter)
+        self._wakers.settle(self)
+        return None  # try again now: the new subscription may have missed a hand-over
+
+
 class SyncClusterWaker:
     """The sync backend's wake-ups on a ``redis.RedisCluster`` (thread-safe)."""
 
@@ -116,7 +166,8 @@ class SyncClusterWaker:
         self._wakers: dict[str, SyncWaker] = {}
         self._homes: dict[tuple[str, str], SyncWaker] = {}
 
-    def _waker(self, channel: str, waiter: str) -> SyncWaker | None:
+    def route(self, channel: str) -> SyncWaker | None:
+        """The waker of the node serving ``channel`` (by the client's slot map)."""
         node = _owner_name(self._cluster, channel)
         if node is None or node.redis_connection is None:
             return None
@@ -127,27 +178,42 @@ class SyncClusterWaker:
                     node.redis_connection, self._timeout, self._unavailable, sharded=True
                 )
                 self._wakers[node.name] = waker
-            self._homes[channel, waiter] = waker
         return waker
 
-    def listen(self, channel: str, waiter: str) -> _ThreadWaiter:
-        """As ``SyncWaker.listen``, on the node that owns ``channel``."""
-        waker = self._waker(channel, waiter)
+    def listen(self, channel: str, waiter: str) -> _RoutedThreadWaiter:
+        """As ``SyncWaker.listen``, on the node that serves ``channel``."""
+        routed = _RoutedThreadWaiter(self, channel, waiter)
+        self.settle(routed)
+        return routed
+
+    def settle(self, routed: _RoutedThreadWaiter) -> None:
+        """Listen for ``routed`` on the node serving its channel now."""
+        channel, waiter = routed.channel, routed.waiter
+        routed.home = waker = self.route(channel)
         if waker is None:
-            return _ThreadWaiter(Wake(threading.Event()))  # it waits its bound
+            return
+        with self._lock:
+            self._homes[channel, waiter] = waker
         try:
-            return waker.listen(channel, waiter)
+            routed.inner = waker.listen(channel, waiter)
         except BaseException:
             self._forget(channel, waiter)
             raise
 
-    def join(self, channel: str, waiter: str) -> _ThreadWaiter | None:
-        """As ``SyncWaker.join``, on the node that owns ``channel``."""
-        waker = self._waker(channel, waiter)
-        joined = waker.join(channel, waiter) if waker is not None else None
+    def join(self, channel: str, waiter: str) -> _RoutedThreadWaiter | None:
+        """As ``SyncWaker.join``, on the node that serves ``channel``."""
+        waker = self.route(channel)
+        if waker is None:
+            return None
+        with self._lock:
+            self._homes[channel, waiter] = waker  # before a hand can look for it
+        joined = waker.join(channel, waiter)
         if joined is None:
             self._forget(channel, waiter)
-        return joined
+            return None
+        routed = _RoutedThreadWaiter(self, channel, waiter)
+        routed.home, routed.inner = waker, joined
+        return routed
 
     def part(self, channel: str, waiter: str) -> None:
         """As ``SyncWaker.part``, on the waker ``waiter`` listened on."""
