@@ -11,7 +11,7 @@ import pytest
 import redis
 from redis.asyncio.cluster import RedisCluster
 
-from headway import Lock, SyncLock, SyncRedisLockBackend
+from headway import Lease, Lock, SyncLock, SyncRedisLockBackend
 from headway.lock.backends.redis.keys import lock_keys
 from headway.lock.flow import Attempt, Try
 from tests.lock.backends.redis import cluster_ops
@@ -97,6 +97,7 @@ class _CountedSync(SyncRedisLockBackend):
         super().__init__(client)
         self.attempts = 0
         self.refused_twice = threading.Event()
+        self.refused_four_times = threading.Event()
 
     def _try(self, resource: str, step: Try) -> Attempt:
         try:
@@ -105,6 +106,8 @@ class _CountedSync(SyncRedisLockBackend):
             self.attempts += 1
             if self.attempts == 2:
                 self.refused_twice.set()
+            if self.attempts == 4:
+                self.refused_four_times.set()
 
 
 def test_sync_waiters_are_handed_locks_on_sharded_channels(primaries: list[int]) -> None:
@@ -219,3 +222,32 @@ async def _attempts(backend: CountedBackend, count: int) -> None:
         while backend.attempts < count:
             backend.tried.clear()
             await backend.tried.wait()
+
+
+def test_a_sync_waiter_follows_its_slot_to_the_new_owner(primaries: list[int]) -> None:
+    resource = "following-sync"
+    slot = cluster_ops.slot_of(primaries[0], lock_keys(resource).owner)
+    source = cluster_ops.owner(primaries[0], slot)
+    target = next(port for port in primaries if port != source)
+    clients = [redis.RedisCluster(host="127.0.0.1", port=primaries[0]) for _ in range(2)]
+    holder, waiter = _CountedSync(clients[0]), _CountedSync(clients[1])
+    try:
+        held = SyncLock(holder, resource, ttl=30).acquire()
+        got: list[Lease] = []
+        thread = threading.Thread(
+            target=lambda: got.append(SyncLock(waiter, resource, ttl=5, timeout=30).acquire())
+        )
+        thread.start()
+        assert waiter.refused_twice.wait(10)
+        cluster_ops.migrate_slot(slot, source, target, primaries)
+        assert waiter.refused_four_times.wait(10)  # as the async waiter above
+        holder.release(held)
+        thread.join(10)
+        assert len(got) == 1
+        assert got[0].fence > held.fence
+        assert waiter.attempts == 4
+        waiter.release(got[0])
+    finally:
+        for backend, client in zip((holder, waiter), clients, strict=True):
+            backend.close()
+            client.close()
