@@ -126,19 +126,35 @@ class RedisServers:
             with contextlib.suppress(Exception):
                 self.stop(server)
 
-    def cluster(self, masters: int = 3) -> list[Server]:
-        """Start ``masters`` cluster-enabled nodes and join them into one Cluster."""
+    def cluster(
+        self, masters: int = 3, replicas: int = 0, node_timeout_ms: int = 15000
+    ) -> list[Server]:
+        """Start ``masters`` cluster-enabled nodes (and ``replicas`` replicas of each) and
+        join them into one Cluster.
+
+        ``node_timeout_ms``: how long a node may not answer before the others fail it
+        over (a short one lets a test see a replica promoted in a second or two).
+        """
         nodes = [
             self.start(
                 "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                "--cluster-node-timeout", str(node_timeout_ms),
                 port=free_cluster_port(),
             )
-            for _ in range(masters)
+            for _ in range(masters * (1 + replicas))
         ]  # fmt: skip
         addresses = [f"127.0.0.1:{node.port}" for node in nodes]
         cli = self.binary.replace("redis-server", "redis-cli")
         subprocess.run(
-            [cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+            [
+                cli,
+                "--cluster",
+                "create",
+                *addresses,
+                "--cluster-replicas",
+                str(replicas),
+                "--cluster-yes",
+            ],
             check=True,
             stdout=subprocess.DEVNULL,
             timeout=60,
@@ -147,7 +163,7 @@ class RedisServers:
         for node in nodes:
             client = redis.Redis(port=node.port)
             try:
-                while client.cluster("info").get("cluster_state") != "ok":
+                while not _converged(client):
                     if time.monotonic() > deadline:
                         raise RuntimeError("the Redis Cluster did not converge")
                     time.sleep(0.05)
@@ -230,6 +246,14 @@ class SentinelGroup:
             client.execute_command("SENTINEL FAILOVER", self.name)  # type: ignore[no-untyped-call]
         finally:
             client.close()
+
+
+def _converged(client: redis.Redis) -> bool:
+    """The node sees the Cluster whole and, if it is a replica, is in sync."""
+    if client.cluster("info").get("cluster_state") != "ok":
+        return False
+    replication = client.info("replication")
+    return bool(replication["role"] == "master" or replication.get("master_link_status") == "up")
 
 
 def _fields(reply: object) -> dict[str, str]:

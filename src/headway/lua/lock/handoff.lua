@@ -5,6 +5,17 @@
 -- A waiter id is "<token>:<ttl_ms>:<node>": the lease token it will hold, the TTL it
 -- asked for, and the client (backend instance) it waits in, which may be empty.
 
+-- Tell the waiters on `channel`. A name ending in ':swake' is a sharded channel (Redis
+-- Cluster: SPUBLISH stays on the shard that owns the lock's slot, where its waiters
+-- SSUBSCRIBE); any other is a classic one (PUBLISH, which a Cluster copies to every node).
+local function wake(channel, message)
+  if string.sub(channel, -6) == ':swake' then
+    redis.call('SPUBLISH', channel, message)
+  else
+    redis.call('PUBLISH', channel, message)
+  end
+end
+
 -- The fencing token of a new grant: one more than the last, and above `floor` and the
 -- server's clock in microseconds (so a lost counter never makes it go backwards).
 local function next_fence(fence_key, now_us, floor)
@@ -55,7 +66,7 @@ local function hand_off(owner, fence_key, queue, places, channel, now_us, node)
     local token, ttl_ms, home = string.match(head, '^(.+):(%d+):(.*)$')
     if until_ms > now_ms and not token then
       -- Not a waiter id this version writes: wake it, to try again in its place.
-      redis.call('PUBLISH', channel, head)
+      wake(channel, head)
       return nil
     end
     redis.call('ZREM', queue, head)
@@ -66,7 +77,7 @@ local function hand_off(owner, fence_key, queue, places, channel, now_us, node)
       redis.call('SET', owner, token, 'PX', ttl_ms)
       local fence = next_fence(fence_key, now_us, 0)
       if node == '' or home ~= node then
-        redis.call('PUBLISH', channel, head .. ' ' .. string.format('%.0f', fence))
+        wake(channel, head .. ' ' .. string.format('%.0f', fence))
       end
       return {head, fence}
     end

@@ -14,11 +14,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis import asyncio as aioredis
+from redis.exceptions import ResponseError
 
 from headway._clock import Clock
 from headway._redis.errors import UNAVAILABLE, unavailable
 from headway._redis.scripts import Script
 from headway._redis.wire import Wires, forget
+from headway.lock.backends.redis.cluster_waker import ClusterWaker
 from headway.lock.backends.redis.keys import (
     ACQUIRE,
     EXTEND,
@@ -28,6 +30,7 @@ from headway.lock.backends.redis.keys import (
     leave_call,
     lock_keys,
     release_call,
+    slot_moving,
 )
 from headway.lock.backends.redis.riders import Riders
 from headway.lock.backends.redis.waker import Waker
@@ -51,6 +54,9 @@ class RedisLockBackend(QueuedBackend):
     On that connection, a task that asks for a lock one of our own tasks holds
     sends nothing: it rides on the holder's release (see ``riders``). Under
     contention within one process that is one script per grant instead of two.
+
+    On a Cluster, waiters listen on sharded channels (``SSUBSCRIBE``), one
+    connection per primary (see ``cluster_waker``).
     """
 
     name = "redis"
@@ -67,10 +73,13 @@ class RedisLockBackend(QueuedBackend):
         self.client = client
         self.timeout = timeout
         self._wires = Wires(client, coalesce)
-        self._waker = Waker(client, timeout)
+        self._sharded = isinstance(client, aioredis.RedisCluster)
+        self._waker: Waker | ClusterWaker = (
+            ClusterWaker(client, timeout) if self._sharded else Waker(client, timeout)
+        )
         # One pipelined connection per loop: a rider's leave is written after the
         # release that queued it.
-        self._riders = Riders(self._waker, ordered=True)
+        self._riders = Riders(self._waker, ordered=True, sharded=self._sharded)
         self.node = secrets.token_hex(4)
 
     @classmethod
@@ -94,6 +103,10 @@ class RedisLockBackend(QueuedBackend):
             return await self._wires.call(script, keys, args, orphan, self.timeout, always)
         except UNAVAILABLE as exc:
             raise unavailable(exc, self.timeout) from exc
+        except ResponseError as exc:
+            if slot_moving(exc):
+                raise unavailable(exc, self.timeout) from exc
+            raise
 
     def _shielded(self) -> bool:
         # A call on our connection is written before its first await, and a reply
@@ -110,16 +123,18 @@ class RedisLockBackend(QueuedBackend):
         return self._riders.ride(resource, step, loop.time(), home)
 
     async def _try(self, resource: str, step: Try) -> Attempt:
+        sh = self._sharded
+
         def orphan(reply: Any) -> None:  # the driver's ``undo``, without a task
             wire = self._wires.ready()
             if wire is None:
                 return  # the connection is gone: the grant or the place expires
             if Attempt.from_reply(reply).granted:
-                forget(wire.submit(RELEASE, *release_call(resource, step.token)))
+                forget(wire.submit(RELEASE, *release_call(resource, step.token, sharded=sh)))
             elif step.waiter:
-                forget(wire.submit(LEAVE, *leave_call(resource, step.waiter)))
+                forget(wire.submit(LEAVE, *leave_call(resource, step.waiter, sh)))
 
-        keys, args = acquire_call(resource, step)
+        keys, args = acquire_call(resource, step, sharded=sh)
         loop = asyncio.get_running_loop()
         sent = loop.time()
         attempt = Attempt.from_reply(await self._call(ACQUIRE, keys, args, orphan))
@@ -138,7 +153,9 @@ class RedisLockBackend(QueuedBackend):
             self._riders.released(resource, release, reply, sent, self.node, loop)
 
         retried = not self._wires.direct()
-        keys, args = release_call(resource, token, self.node, retried, release.riders)
+        keys, args = release_call(
+            resource, token, self.node, retried, release.riders, self._sharded
+        )
         try:
             reply = await self._call(RELEASE, keys, args, handed, always=True)
         except BaseException:
@@ -154,16 +171,16 @@ class RedisLockBackend(QueuedBackend):
 
     async def _leave(self, resource: str, waiter: str) -> None:
         if self._riders.leave(resource, waiter):  # always, on one ordered connection
-            await self._call(LEAVE, *leave_call(resource, waiter))
+            await self._call(LEAVE, *leave_call(resource, waiter, self._sharded))
 
     async def _listen(self, resource: str, waiter: str) -> AsyncWaiter:
-        return await self._waker.listen(lock_keys(resource).channel, waiter)
+        return await self._waker.listen(lock_keys(resource, self._sharded).channel, waiter)
 
     def _join(self, resource: str, waiter: str) -> AsyncWaiter | None:
-        return self._waker.join(lock_keys(resource).channel, waiter)
+        return self._waker.join(lock_keys(resource, self._sharded).channel, waiter)
 
     async def _unlisten(self, resource: str, waiter: str) -> None:
-        await self._waker.part(lock_keys(resource).channel, waiter)
+        await self._waker.part(lock_keys(resource, self._sharded).channel, waiter)
 
     async def aclose(self) -> None:
         """Stop the wake-up listener and return headway's connection to the client's pool.

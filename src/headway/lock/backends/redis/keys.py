@@ -2,7 +2,9 @@
 
 Every key of one lock shares a hash tag (``headway:{lock:<resource>}:...``),
 so the scripts run on Redis Cluster too. Redlock runs the same scripts on
-each of its nodes.
+each of its nodes. On a Cluster the waiters listen on a sharded channel
+(``...:swake``, SSUBSCRIBE on the shard that owns the lock's slot), elsewhere
+on a classic one (``...:wake``); the scripts publish by the name's ending.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from redis.exceptions import ResponseError
 
 from headway._keys import tagged
 from headway._redis.scripts import Script
@@ -28,6 +32,7 @@ __all__ = [
     "leave_call",
     "lock_keys",
     "release_call",
+    "slot_moving",
     "text",
 ]
 
@@ -56,9 +61,13 @@ class LockKeys:
 
 
 @functools.lru_cache(maxsize=4096)
-def lock_keys(resource: str) -> LockKeys:
-    """The keys (and wake-up channel) of one lock, all under one hash tag."""
-    parts = ("owner", "fence", "queue", "places", "released", "wake")
+def lock_keys(resource: str, sharded: bool = False) -> LockKeys:
+    """The keys (and wake-up channel) of one lock, all under one hash tag.
+
+    ``sharded``: the channel is a sharded one (for Redis Cluster clients).
+    """
+    wake = "swake" if sharded else "wake"
+    parts = ("owner", "fence", "queue", "places", "released", wake)
     owner, fence, queue, places, released, channel = tagged("lock", resource, *parts)
     return LockKeys(
         owner,
@@ -73,9 +82,11 @@ def lock_keys(resource: str) -> LockKeys:
     )
 
 
-def acquire_call(resource: str, step: Try, floor: int = 0) -> tuple[tuple[str, ...], list[Any]]:
+def acquire_call(
+    resource: str, step: Try, floor: int = 0, sharded: bool = False
+) -> tuple[tuple[str, ...], list[Any]]:
     """Keys and arguments of ``lock/acquire`` for one attempt."""
-    k = lock_keys(resource)
+    k = lock_keys(resource, sharded)
     return k.acquire, [step.token, step.ttl_ms, step.waiter, step.place_ms, floor, k.channel]
 
 
@@ -85,6 +96,7 @@ def release_call(
     node: str = "",
     retried: bool = True,
     riders: Sequence[str] = (),
+    sharded: bool = False,
 ) -> tuple[tuple[str, ...], list[Any]]:
     """Keys and arguments of one ``lock/release`` call.
 
@@ -92,9 +104,9 @@ def release_call(
     a message on the channel, as it tells them itself. A client that may send the
     call again (``retried``: redis-py retries) gives it an id, so the script can
     recognise the repeat. ``riders`` are waiter ids the release queues (see
-    ``riders.py``).
+    ``riders.py``). ``sharded`` as in ``lock_keys``.
     """
-    k = lock_keys(resource)
+    k = lock_keys(resource, sharded)
     call = secrets.token_hex(8) if retried else ""
     queue = (PLACE_MS, *riders) if riders else ()
     return k.release, [token, k.channel, call, node, *queue]
@@ -107,12 +119,24 @@ def handed_to(reply: Any) -> tuple[str, int] | None:
     return None
 
 
-def leave_call(resource: str, waiter: str) -> tuple[tuple[str, ...], list[Any]]:
+def leave_call(
+    resource: str, waiter: str, sharded: bool = False
+) -> tuple[tuple[str, ...], list[Any]]:
     """Keys and arguments of one ``lock/leave`` call."""
-    k = lock_keys(resource)
+    k = lock_keys(resource, sharded)
     return k.leave, [waiter, k.channel]
 
 
 def text(value: Any) -> str:
     """A reply or pub/sub field as ``str`` (clients may return bytes)."""
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def slot_moving(exc: BaseException) -> bool:
+    """Whether ``exc`` is a script refused because its slot is moving between Cluster
+    nodes (a resharding): the script stopped at a key that had already left, or was not
+    there yet. Its caller sees ``BackendUnavailable``, as for a lost reply: what ran
+    before the stop stays (scripts do not roll back), which the lock scripts allow for,
+    as for a call whose reply was lost.
+    """
+    return isinstance(exc, ResponseError) and "non local key" in str(exc)

@@ -66,9 +66,10 @@ class Riders:
     caller runs (None: riding is not possible there now).
     """
 
-    def __init__(self, waker: _Hands, *, ordered: bool) -> None:
+    def __init__(self, waker: _Hands, *, ordered: bool, sharded: bool = False) -> None:
         self._waker = waker
         self._ordered = ordered
+        self._sharded = sharded  # the waiters' channel (see ``keys.lock_keys``)
         self._mutex = threading.Lock()  # never held while telling a waiter
         self.held: dict[str, Hold] = {}
         self._releasing: dict[str, list[Release]] = {}
@@ -168,7 +169,7 @@ class Riders:
                 if owner == node:
                     unride += self._record(resource, next_token, ttl_ms, since, home)
         if to is not None:  # if the waiter is one of ours, tell it
-            self._waker.hand(lock_keys(resource).channel, *to)
+            self._waker.hand(lock_keys(resource, self._sharded).channel, *to)
         self._unride(resource, unride)
         return gone
 
@@ -196,6 +197,6 @@ class Riders:
     def _unride(self, resource: str, riders: Sequence[str]) -> None:
         """Tell ``riders`` that no release queued them: each tries for itself."""
         if riders:
-            channel = lock_keys(resource).channel
+            channel = lock_keys(resource, self._sharded).channel
             for rider in riders:
                 self._waker.hand(channel, rider, None)

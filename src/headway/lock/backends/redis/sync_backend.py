@@ -13,11 +13,13 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import redis
+from redis import cluster as redis_cluster
 
 from headway._clock import Clock
 from headway._errors import BackendUnavailable
 from headway._redis.errors import UNAVAILABLE, unavailable
 from headway._redis.sync_wire import SyncWire
+from headway.lock.backends.redis.cluster_waker import SyncClusterWaker
 from headway.lock.backends.redis.keys import (
     ACQUIRE,
     EXTEND,
@@ -27,6 +29,7 @@ from headway.lock.backends.redis.keys import (
     leave_call,
     lock_keys,
     release_call,
+    slot_moving,
 )
 from headway.lock.backends.redis.riders import Riders
 from headway.lock.backends.redis.sync_waker import SyncWaker
@@ -65,10 +68,16 @@ class SyncRedisLockBackend(SyncQueuedBackend):
         self.client = client
         self.timeout = timeout
         self._wire = SyncWire(client, direct)
-        self._waker = SyncWaker(client, timeout, UNAVAILABLE)
+        self._sharded = isinstance(client, redis_cluster.RedisCluster)
+        # On a Cluster, sharded channels on a connection per primary (``cluster_waker``).
+        self._waker: SyncWaker | SyncClusterWaker = (
+            SyncClusterWaker(client, timeout, UNAVAILABLE)
+            if self._sharded
+            else SyncWaker(client, timeout, UNAVAILABLE)
+        )
         # Threads share no socket: a rider's leave may overtake the release that
         # queues it, so the releasing thread sends it.
-        self._riders = Riders(self._waker, ordered=False)
+        self._riders = Riders(self._waker, ordered=False, sharded=self._sharded)
         self.node = secrets.token_hex(4)
 
     @classmethod
@@ -85,6 +94,10 @@ class SyncRedisLockBackend(SyncQueuedBackend):
             return call()
         except UNAVAILABLE as exc:
             raise unavailable(exc, self.timeout) from exc
+        except redis.ResponseError as exc:
+            if slot_moving(exc):  # a resharding: see ``keys.slot_moving``
+                raise unavailable(exc, self.timeout) from exc
+            raise
 
     def _home(self) -> object:
         """Where a rider may ride: on our own sockets only (None on redis-py's)."""
@@ -96,7 +109,7 @@ class SyncRedisLockBackend(SyncQueuedBackend):
         return self._riders.ride(resource, step, self.clock(), self._home())
 
     def _try(self, resource: str, step: Try) -> Attempt:
-        keys, args = acquire_call(resource, step)
+        keys, args = acquire_call(resource, step, sharded=self._sharded)
         sent = self.clock()
         attempt = Attempt.from_reply(self._call(lambda: self._wire.call(ACQUIRE, keys, args)))
         if attempt.granted:
@@ -107,7 +120,9 @@ class SyncRedisLockBackend(SyncQueuedBackend):
         release = self._riders.releasing(resource, token)
         sent = self.clock()  # the handed lease starts after this
         retried = not self._wire.enabled
-        keys, args = release_call(resource, token, self.node, retried, release.riders)
+        keys, args = release_call(
+            resource, token, self.node, retried, release.riders, self._sharded
+        )
         reply: Any = None
         try:
             reply = self._call(lambda: self._wire.call(RELEASE, keys, args))
@@ -130,17 +145,17 @@ class SyncRedisLockBackend(SyncQueuedBackend):
             self._send_leave(resource, waiter)
 
     def _send_leave(self, resource: str, waiter: str) -> None:
-        keys, args = leave_call(resource, waiter)
+        keys, args = leave_call(resource, waiter, self._sharded)
         self._call(lambda: self._wire.call(LEAVE, keys, args))
 
     def _listen(self, resource: str, waiter: str) -> SyncWaiter:
-        return self._waker.listen(lock_keys(resource).channel, waiter)
+        return self._waker.listen(lock_keys(resource, self._sharded).channel, waiter)
 
     def _join(self, resource: str, waiter: str) -> SyncWaiter | None:
-        return self._waker.join(lock_keys(resource).channel, waiter)
+        return self._waker.join(lock_keys(resource, self._sharded).channel, waiter)
 
     def _unlisten(self, resource: str, waiter: str) -> None:
-        self._waker.part(lock_keys(resource).channel, waiter)
+        self._waker.part(lock_keys(resource, self._sharded).channel, waiter)
 
     def close(self) -> None:
         """Stop the wake-up listener and close headway's connections.

@@ -5,6 +5,8 @@ subscription per lock channel, as the async backend's tasks do: a daemon
 thread reads the connection and sets the event of the waiter each message
 names. (A connection per waiting call cost a TCP connect, a handshake and a
 SUBSCRIBE on every contended acquire.) The thread ends once nobody listens.
+On a Redis Cluster each primary has a ``SyncWaker`` of its own, on sharded
+channels (see ``cluster_waker``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from headway.lock.backends.redis.keys import text
+from headway.lock.backends.redis.waker import CLASSIC, SHARDED
 from headway.lock.flow import Wake, parse_wake
 
 __all__ = ["SyncWaker"]
@@ -45,15 +50,25 @@ class _ThreadChannel:
 class SyncWaker:
     """One pub/sub connection, read by a daemon thread, that wakes the waiting threads.
 
-    ``unavailable`` lists the errors that mean Redis is not answering.
+    ``unavailable`` lists the errors that mean Redis is not answering; ``sharded``
+    as in ``Waker``.
     """
 
     def __init__(
-        self, client: Any, timeout: float, unavailable: tuple[type[BaseException], ...]
+        self,
+        client: Any,
+        timeout: float,
+        unavailable: tuple[type[BaseException], ...],
+        *,
+        sharded: bool = False,
     ) -> None:
         self._client = client
         self._timeout = timeout
-        self._unavailable = unavailable
+        # A MOVED reply to a (un)subscription: the slot moved; its waiters retry.
+        self._unavailable: tuple[type[BaseException], ...] = (*unavailable, ResponseError)
+        self._subscribe_command, self._unsubscribe_command, self._message = (
+            SHARDED if sharded else CLASSIC
+        )
         # Guards the channel table, and orders SUBSCRIBE / UNSUBSCRIBE as the table changes.
         self._lock = threading.Lock()
         self._pubsub: Any = None
@@ -71,7 +86,7 @@ class SyncWaker:
                 state = _ThreadChannel()
                 # If Redis does not answer, wait alone: waits are bounded, and the
                 # next attempt reports the outage.
-                if self._send("subscribe", channel):
+                if self._send(self._subscribe_command, channel):
                     self._channels[channel] = state
                     shared = True
                     if self._reader is None:
@@ -130,7 +145,7 @@ class SyncWaker:
         ):
             return
         del self._channels[channel]
-        self._send("unsubscribe", channel)
+        self._send(self._unsubscribe_command, channel)
 
     def _start_reader(self) -> None:  # with the lock held
         self._reader = threading.Thread(
@@ -172,6 +187,8 @@ class SyncWaker:
                 wakes = [w for s in self._channels.values() for w in s.waiters.values()]
             for wake in wakes:
                 wake.set()
+            if not wakes:
+                return True  # ends at the next turn if nobody listens: a node gone for good
             time.sleep(0.1)
             return True
         if message is not None:
@@ -184,10 +201,20 @@ class SyncWaker:
             state = self._channels.get(name)
             if state is None:
                 return
-            if message["type"] == "subscribe":
+            kind = message["type"]
+            if kind == self._subscribe_command:
                 state.subscribed.set()
                 self._drop_if_idle(name, state)
-            elif message["type"] == "message":
+            elif kind == self._unsubscribe_command and state.subscribed.is_set():
+                # The server ended a live subscription (ours leave the table first):
+                # its slot moved to another Cluster node. Its waiters try again now,
+                # and whoever listens next subscribes on the new owner; redis-py is
+                # told, or it would subscribe the channel again on a reconnect.
+                del self._channels[name]
+                for wake in state.waiters.values():
+                    wake.set()
+                self._send(self._unsubscribe_command, name)
+            elif kind == self._message:
                 waiter, fence = parse_wake(text(message["data"]))
                 woken = state.waiters.get(waiter)
                 if woken is not None:

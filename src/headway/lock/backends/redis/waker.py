@@ -2,7 +2,8 @@
 
 The tasks waiting on locks of one ``RedisLockBackend`` share one subscription
 per lock channel; a reader task routes each message to the waiter it names.
-A subscription whose last listener leaves is dropped.
+A subscription whose last listener leaves is dropped. On a Redis Cluster each
+primary has a ``Waker`` of its own, on sharded channels (see ``cluster_waker``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any
+
+from redis.exceptions import ResponseError
 
 from headway._clock import within
 from headway._redis.errors import UNAVAILABLE
@@ -41,12 +44,26 @@ class _TaskChannel:
     waiters: dict[str, Wake[asyncio.Event]] = field(default_factory=dict)
 
 
-class Waker:
-    """One pub/sub connection that routes wake-ups to the tasks waiting for them."""
+#: The commands and message types of classic and of sharded (Redis 7) pub/sub.
+CLASSIC = ("subscribe", "unsubscribe", "message")
+SHARDED = ("ssubscribe", "sunsubscribe", "smessage")
+# Not answering, or a MOVED reply to a (un)subscription: the slot moved, its waiters retry.
+_MISSED: tuple[type[BaseException], ...] = (*UNAVAILABLE, ResponseError)
 
-    def __init__(self, client: Any, timeout: float) -> None:
+
+class Waker:
+    """One pub/sub connection that routes wake-ups to the tasks waiting for them.
+
+    ``sharded``: the channels are sharded ones, all owned by the one node ``client``
+    talks to (a Cluster primary).
+    """
+
+    def __init__(self, client: Any, timeout: float, *, sharded: bool = False) -> None:
         self._client = client
         self._timeout = timeout
+        self._subscribe_command, self._unsubscribe_command, self._message = (
+            SHARDED if sharded else CLASSIC
+        )
         self._pubsub: Any = None
         self._reader: asyncio.Task[None] | None = None
         self._channels: dict[str, _TaskChannel] = {}
@@ -109,7 +126,7 @@ class Waker:
         del self._channels[channel]
         with contextlib.suppress(*UNAVAILABLE):
             async with self._commands:
-                await self._pubsub.unsubscribe(channel)
+                await getattr(self._pubsub, self._unsubscribe_command)(channel)
 
     async def _subscribe(self, channel: str, state: _TaskChannel) -> None:
         sent = False
@@ -117,10 +134,12 @@ class Waker:
             if self._pubsub is None:
                 self._pubsub = self._client.pubsub()
             async with asyncio.timeout(self._timeout), self._commands:
-                await self._pubsub.subscribe(channel)
+                await getattr(self._pubsub, self._subscribe_command)(channel)
             sent = True
-        except UNAVAILABLE:
-            pass  # waits are bounded, and the next attempt reports the outage
+        except _MISSED:
+            # Waits are bounded, and the next attempt reports the outage (a MOVED
+            # reply: the slot moved, and the next listener goes to its new owner).
+            pass
         except Exception:
             # Wake-ups are an optimisation over bounded waits: a client bug must not
             # fail the acquire, so its listeners wait out their bounds instead.
@@ -137,11 +156,15 @@ class Waker:
         while True:
             try:
                 message = await self._pubsub.get_message(timeout=1.0)
-            except UNAVAILABLE:
-                # Wake everybody: each retries (and sees the outage) instead of idling.
+            except _MISSED:
+                # Wake everybody: each retries (and sees the outage, or finds the slot's
+                # new owner) instead of idling. A node gone for good: its reader ends.
                 for state in self._channels.values():
                     for wake in state.waiters.values():
                         wake.set()
+                if not self._channels:
+                    self._reader = None
+                    return
                 await asyncio.sleep(0.1)
                 continue
             if message is None:
@@ -153,14 +176,29 @@ class Waker:
             channel = self._channels.get(name)
             if channel is None:
                 continue
-            if message["type"] == "subscribe":
+            kind = message["type"]
+            if kind == self._subscribe_command:
                 channel.subscribed.set()
                 await self._drop_if_idle(name, channel)
-            elif message["type"] == "message":
+            elif kind == self._unsubscribe_command and channel.subscribed.is_set():
+                await self._unsubscribed(name, channel)
+            elif kind == self._message:
                 waiter, fence = parse_wake(text(message["data"]))
                 woken = channel.waiters.get(waiter)
                 if woken is not None:
                     woken.set(fence)
+
+    async def _unsubscribed(self, name: str, state: _TaskChannel) -> None:
+        # The server ended a live subscription (ours are deleted from the table before
+        # we unsubscribe): its slot moved to another Cluster node. Its waiters try again
+        # now, and whoever listens next subscribes on the new owner.
+        del self._channels[name]
+        for wake in state.waiters.values():
+            wake.set()
+        # Tell redis-py too, which would otherwise subscribe it again on a reconnect.
+        with contextlib.suppress(*_MISSED):
+            async with self._commands:
+                await getattr(self._pubsub, self._unsubscribe_command)(name)
 
     async def aclose(self) -> None:
         # Tasks still waiting are woken, and leave without touching the connection.
