@@ -126,28 +126,37 @@ class RedisServers:
             with contextlib.suppress(Exception):
                 self.stop(server)
 
-    def cluster(self, masters: int = 3) -> list[Server]:
-        """Start ``masters`` cluster-enabled nodes and join them into one Cluster."""
+    def cluster(
+        self, masters: int = 3, replicas: int = 0, node_timeout_ms: int = 15000
+    ) -> list[Server]:
+        """Start cluster-enabled nodes and join them into one Cluster.
+
+        ``replicas`` per primary (which node serves what: ``CLUSTER SHARDS``); a short
+        ``node_timeout_ms`` makes a failover quick. Returns once every node sees the
+        Cluster ``ok`` and every replica is in sync with its primary.
+        """
         nodes = [
             self.start(
                 "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                "--cluster-node-timeout", str(node_timeout_ms),
                 port=free_cluster_port(),
             )
-            for _ in range(masters)
+            for _ in range(masters * (1 + replicas))
         ]  # fmt: skip
         addresses = [f"127.0.0.1:{node.port}" for node in nodes]
         cli = self.binary.replace("redis-server", "redis-cli")
         subprocess.run(
-            [cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+            [cli, "--cluster", "create", *addresses, "--cluster-replicas", str(replicas),
+             "--cluster-yes"],
             check=True,
             stdout=subprocess.DEVNULL,
             timeout=60,
-        )
+        )  # fmt: skip
         deadline = time.monotonic() + 20
         for node in nodes:
             client = redis.Redis(port=node.port)
             try:
-                while client.cluster("info").get("cluster_state") != "ok":
+                while not _converged(client):
                     if time.monotonic() > deadline:
                         raise RuntimeError("the Redis Cluster did not converge")
                     time.sleep(0.05)
@@ -177,6 +186,14 @@ class RedisServers:
         group = SentinelGroup(name, primary, copies, watchers)
         group.wait_until_known(replicas)
         return group
+
+
+def _converged(client: redis.Redis) -> bool:
+    # The Cluster is ok as this node sees it and, on a replica, the primary link is up.
+    if client.cluster("info").get("cluster_state") != "ok":
+        return False
+    replication = client.info("replication")
+    return replication["role"] == "master" or replication.get("master_link_status") == "up"
 
 
 @dataclass

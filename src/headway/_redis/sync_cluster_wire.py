@@ -42,6 +42,7 @@ class SyncClusterWire:
     def __init__(self, client: Any, enabled: bool = True) -> None:
         self.client = client
         self.enabled = enabled
+        self.redirections = 0  # MOVED, ASK and TRYAGAIN replies followed
         self._wires: dict[str, SyncWire] = {}  # by node name
         self._refreshing = threading.Lock()
         self._refreshed = float("-inf")
@@ -61,11 +62,14 @@ class SyncClusterWire:
             try:
                 return self._wire(node).call(script, keys, args, asking)
             except redis_errors.MovedError as error:
+                self.redirections += 1
                 self.client.nodes_manager.move_slot(error)
                 node, asking = self._primary(slot), False
             except redis_errors.AskError as error:
+                self.redirections += 1
                 node, asking = self._node(error.host, error.port), True
             except redis_errors.TryAgainError:  # the migration of these keys is under way
+                self.redirections += 1
                 time.sleep(_TRY_AGAIN_PAUSE)
                 node, asking = self._primary(slot), False
             except UNAVAILABLE:  # the node may be gone: ask the Cluster who serves its slots
