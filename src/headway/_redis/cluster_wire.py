@@ -80,6 +80,9 @@ class ClusterWire:
         self.redirections = 0
         self._mapped = False
         self._connections: dict[str, PipelinedConnection] = {}  # by node name
+        # The connection each slot was last routed to: the hot path skips redis-py's
+        # map. Forgotten on every MOVED and map refresh; a stale entry costs a MOVED.
+        self._by_slot: dict[int, PipelinedConnection] = {}
         # The nodes and redis-py connections whose sockets we drive, by node name.
         self._borrowed: dict[str, tuple[Any, Any]] = {}
         self._opening: dict[str, asyncio.Task[PipelinedConnection]] = {}
@@ -110,7 +113,11 @@ class ClusterWire:
         call.slot = slot_of(keys)
         if timeout is not None:  # kept across redirections and a connection being opened
             call.deadline = self.loop.time() + timeout
-        self._route(call)
+        connection = self._by_slot.get(call.slot)
+        if connection is not None and not connection.lost:
+            connection.send(call)
+        else:
+            self._route(call)
         return call.future
 
     async def call(
@@ -139,6 +146,7 @@ class ClusterWire:
             )
         elif isinstance(error, redis_errors.MovedError):
             call.asking = False
+            self._by_slot.clear()
             self._spawn(self._moved(call, error))
         elif isinstance(error, redis_errors.AskError):
             call.asking = True
@@ -155,14 +163,18 @@ class ClusterWire:
             self._refresh()
             _fail(call, redis_errors.ClusterError(str(exc)))
             return
-        self._send(call, node.host, node.port)
+        connection = self._send(call, node.host, node.port)
+        if connection is not None:
+            self._by_slot[call.slot] = connection
 
-    def _send(self, call: ScriptCall, host: str, port: int) -> None:
+    def _send(self, call: ScriptCall, host: str, port: int) -> PipelinedConnection | None:
+        # The connection it was written on; None if it waits for one to open.
         connection = self._connections.get(get_node_name(host, port))
         if connection is not None and not connection.lost:
             connection.send(call)
-        else:
-            self._spawn(self._send_when_open(call, host, port))
+            return connection
+        self._spawn(self._send_when_open(call, host, port))
+        return None
 
     async def _send_when_open(self, call: ScriptCall, host: str, port: int) -> None:
         try:
@@ -254,6 +266,7 @@ class ClusterWire:
     async def _reinitialize(self) -> None:
         try:
             await self.client.nodes_manager.initialize()
+            self._by_slot.clear()
         except Exception as exc:  # no node answered: the next failure asks again
             log.debug("refreshing the Cluster slot map failed: %s", exc)
         finally:
@@ -273,6 +286,7 @@ class ClusterWire:
             for task in [*self._tasks, *self._opening.values()]:
                 task.cancel()
             borrowed, self._borrowed, self._connections = self._borrowed, {}, {}
+            self._by_slot.clear()
             for node, connection in borrowed.values():
                 await connection.disconnect()
                 node.release(connection)
