@@ -15,7 +15,9 @@ interleaved rounds (every subject once per round; medians over rounds):
   shard's one core can decide per second under pipelined load.
 
 ``limits`` (its fixed window, the cheapest of its strategies) runs on the same
-Cluster through its ``async+redis+cluster`` storage, for the limiter rows.
+Cluster through its ``async+redis+cluster`` storage, for the limiter rows. A row with
+the keys of one shard only separates headway's own cost on a Cluster from the
+machine's cost of waking three server processes in turn.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import redis
 from redis import asyncio as aioredis
 
 import headway
+from headway.ratelimit.backends.contract import state_keys
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.servers import RedisServers
@@ -82,6 +85,7 @@ class Subject:
     lock: headway.RedisLockBackend | None
     close: Callable[[], Awaitable[None]]
     samples: Samples = field(default_factory=Samples)
+    keys: list[str] = field(default_factory=lambda: [f"user-{i}" for i in range(KEYS)])
 
 
 def redis_cpu(ports: list[int]) -> float:
@@ -94,9 +98,12 @@ def redis_cpu(ports: list[int]) -> float:
     return total
 
 
+POLICY = headway.TokenBucket(100_000, 100_000, 1.0)
+
+
 async def headway_subject(name: str, client: Any, ports: list[int]) -> Subject:
     backend = headway.RedisRateLimitBackend(client)
-    limiter = headway.RateLimiter(headway.TokenBucket(100_000, 100_000, 1.0), backend=backend)
+    limiter = headway.RateLimiter(POLICY, backend=backend)
     lock = headway.RedisLockBackend(client)
 
     async def decide(key: str) -> object:
@@ -132,11 +139,24 @@ async def limits_subject(ports: list[int]) -> Subject:
     return Subject("limits fixed window, Cluster", decide, ports, None, close)
 
 
+async def one_shard(cluster: list[int]) -> Subject:
+    """headway on the Cluster with keys of one shard only: its client's own cost, apart from
+    the machine's cost of waking three servers in turn."""
+    client = aioredis.RedisCluster(host="127.0.0.1", port=cluster[0])
+    await client.initialize()
+    first = client.get_node(host="127.0.0.1", port=cluster[0])
+    names = (f"user-{i}" for i in range(100 * KEYS))
+    keys = [k for k in names if client.get_node_from_key(state_keys(k, [POLICY])[0]) is first]
+    subject = await headway_subject("headway, Cluster, one shard's keys", client, cluster[:1])
+    subject.keys, subject.lock = keys[:KEYS], None
+    return subject
+
+
 async def latency(subject: Subject, calls: int, offset: int) -> None:
     stamps = []
     for i in range(calls):
         started = time.perf_counter()
-        await subject.decide(f"user-{(offset + i) % KEYS}")
+        await subject.decide(subject.keys[(offset + i) % KEYS])
         stamps.append(time.perf_counter() - started)
     subject.samples.p50.append(statistics.median(stamps))
 
@@ -146,7 +166,7 @@ async def throughput(subject: Subject, calls: int) -> None:
 
     async def worker(w: int) -> None:
         for i in range(per_task):
-            await subject.decide(f"user-{(w * per_task + i) % KEYS}")
+            await subject.decide(subject.keys[(w * per_task + i) % KEYS])
 
     cpu = redis_cpu(subject.ports)
     started = time.perf_counter()
@@ -192,6 +212,7 @@ async def run(single: int, cluster: list[int], cfg: Config) -> list[Subject]:
             aioredis.RedisCluster(host="127.0.0.1", port=cluster[0]),
             cluster,
         ),
+        await one_shard(cluster),
         await limits_subject(cluster),
     ]
     for subject in subjects:  # warm up: connections, scripts, keys

@@ -183,6 +183,9 @@ class ClusterWire:
                 connection = await opening
             else:
                 connection = await asyncio.wait_for(opening, call.deadline - self.loop.time())
+        except asyncio.CancelledError:  # the wire was closed: the call is not written
+            _fail(call, redis_errors.ConnectionError("the Cluster connection was closed"))
+            raise
         except Exception as exc:
             self._refresh()  # the node may be gone: ask the Cluster who serves its slots
             if isinstance(exc, UNAVAILABLE):
@@ -195,6 +198,9 @@ class ClusterWire:
     async def _moved(self, call: ScriptCall, error: redis_errors.AskError) -> None:
         try:
             await self.client.nodes_manager.move_slot(error)
+        except asyncio.CancelledError:  # the wire was closed: the call is not written
+            _fail(call, redis_errors.ConnectionError("the Cluster connection was closed"))
+            raise
         except Exception:  # the routing below still follows redis-py's map, whatever it holds
             log.exception("updating the Cluster slot map after MOVED failed")
         self._route(call)
