@@ -129,11 +129,11 @@ class RedisServers:
     def cluster(
         self, masters: int = 3, replicas: int = 0, node_timeout_ms: int = 15000
     ) -> list[Server]:
-        """Start cluster-enabled nodes and join them into one Cluster.
+        """Start ``masters`` cluster-enabled nodes (and ``replicas`` replicas of each) and
+        join them into one Cluster.
 
-        ``replicas`` per primary (which node serves what: ``CLUSTER SHARDS``); a short
-        ``node_timeout_ms`` makes a failover quick. Returns once every node sees the
-        Cluster ``ok`` and every replica is in sync with its primary.
+        ``node_timeout_ms``: how long a node may not answer before the others fail it
+        over (a short one lets a test see a replica promoted in a second or two).
         """
         nodes = [
             self.start(
@@ -146,12 +146,19 @@ class RedisServers:
         addresses = [f"127.0.0.1:{node.port}" for node in nodes]
         cli = self.binary.replace("redis-server", "redis-cli")
         subprocess.run(
-            [cli, "--cluster", "create", *addresses, "--cluster-replicas", str(replicas),
-             "--cluster-yes"],
+            [
+                cli,
+                "--cluster",
+                "create",
+                *addresses,
+                "--cluster-replicas",
+                str(replicas),
+                "--cluster-yes",
+            ],
             check=True,
             stdout=subprocess.DEVNULL,
             timeout=60,
-        )  # fmt: skip
+        )
         deadline = time.monotonic() + 20
         for node in nodes:
             client = redis.Redis(port=node.port)
@@ -186,14 +193,6 @@ class RedisServers:
         group = SentinelGroup(name, primary, copies, watchers)
         group.wait_until_known(replicas)
         return group
-
-
-def _converged(client: redis.Redis) -> bool:
-    # The Cluster is ok as this node sees it and, on a replica, the primary link is up.
-    if client.cluster("info").get("cluster_state") != "ok":
-        return False
-    replication = client.info("replication")
-    return replication["role"] == "master" or replication.get("master_link_status") == "up"
 
 
 @dataclass
@@ -247,6 +246,14 @@ class SentinelGroup:
             client.execute_command("SENTINEL FAILOVER", self.name)  # type: ignore[no-untyped-call]
         finally:
             client.close()
+
+
+def _converged(client: redis.Redis) -> bool:
+    """The node sees the Cluster whole and, if it is a replica, is in sync."""
+    if client.cluster("info").get("cluster_state") != "ok":
+        return False
+    replication = client.info("replication")
+    return bool(replication["role"] == "master" or replication.get("master_link_status") == "up")
 
 
 def _fields(reply: object) -> dict[str, str]:
