@@ -10,6 +10,9 @@ interleaved rounds (every subject once per round; medians over rounds):
 - limiter throughput: 32 tasks deciding over 1,000 keys (decisions/s);
 - lock cycles: acquire + release by one task, uncontended (cycles/s);
 - lock grants: 8 tasks sharing one ``Lock`` on one resource (grants/s);
+- client CPU per decision: this process's CPU time in the throughput phase over the
+  decisions made (on a 2-vCPU machine the three shards' servers compete with the client
+  for the same cores; this is the client's own cost, whatever the servers take);
 - Redis CPU per decision: the servers' ``used_cpu_user + used_cpu_sys`` (summed over
   the shards) during the throughput phase, divided by the decisions made: what a
   shard's one core can decide per second under pipelined load.
@@ -71,6 +74,7 @@ class Samples:
     p50: list[float] = field(default_factory=list)  # seconds, one median per round
     rate: list[float] = field(default_factory=list)  # decisions/s
     cpu: list[float] = field(default_factory=list)  # Redis CPU seconds per decision
+    client: list[float] = field(default_factory=list)  # this process's CPU s per decision
     cycles: list[float] = field(default_factory=list)  # lock cycles/s, one task
     grants: list[float] = field(default_factory=list)  # lock grants/s, 8 tasks on one key
 
@@ -169,10 +173,12 @@ async def throughput(subject: Subject, calls: int) -> None:
             await subject.decide(subject.keys[(w * per_task + i) % KEYS])
 
     cpu = redis_cpu(subject.ports)
+    client = time.process_time()
     started = time.perf_counter()
     await asyncio.gather(*(worker(w) for w in range(WORKERS)))
     elapsed = time.perf_counter() - started
     made = per_task * WORKERS
+    subject.samples.client.append((time.process_time() - client) / made)
     subject.samples.cpu.append((redis_cpu(subject.ports) - cpu) / made)
     subject.samples.rate.append(made / elapsed)
 
@@ -241,15 +247,17 @@ def report(subjects: list[Subject], cfg: Config) -> None:
     single = subjects[0].samples
     print(f"{cfg.rounds} rounds, medians; ratios against headway on the single node\n")
     print(
-        "| subject | limiter p50 (µs) | limiter, 32 tasks (decisions/s) | Redis CPU per "
-        "decision (µs) | lock cycles/s, 1 task | lock grants/s, 8 tasks on one key |"
+        "| subject | limiter p50 (µs) | limiter, 32 tasks (decisions/s) | client CPU per "
+        "decision (µs) | Redis CPU per decision (µs) | lock cycles/s, 1 task | "
+        "lock grants/s, 8 tasks on one key |"
     )
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for subject in subjects:
         s = subject.samples
         cells = [
             (_median(s.p50) * 1e6, _median(single.p50) * 1e6, "{:.0f}"),
             (_median(s.rate), _median(single.rate), "{:,.0f}"),
+            (_median(s.client) * 1e6, _median(single.client) * 1e6, "{:.1f}"),
             (_median(s.cpu) * 1e6, _median(single.cpu) * 1e6, "{:.1f}"),
             (_median(s.cycles), _median(single.cycles), "{:,.0f}"),
             (_median(s.grants), _median(single.grants), "{:,.0f}"),
