@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
@@ -202,61 +203,118 @@ def replica_count(port: int) -> int:
     return 0 if state is None else int(re.findall(rb"\d+", state)[-1])
 
 
-async def until(condition: Callable[[], Awaitable[bool]]) -> None:
-    deadline = asyncio.get_running_loop().time() + WAIT
-    while not await condition():
-        assert asyncio.get_running_loop().time() < deadline, "the replica was not promoted"
-        await asyncio.sleep(0.02)  # polling the Cluster's state, not our own tasks
+class Shard:
+    """A Cluster of 3 primaries with a replica each (1 s node timeout), seen from ``SLOT``."""
+
+    def __init__(self, servers: RedisServers) -> None:
+        self.servers = servers
+        self.nodes = servers.cluster(3, replicas=1, node_timeout_ms=1000)
+        self.by_port = {node.port: node for node in self.nodes}
+        self.primary = owner(list(self.by_port), SLOT)
+        with redis.Redis(port=self.primary) as client:
+            self.replica = int(client.info("replication")["slave0"]["port"])
+        # Clients start from a node of another shard, as after a restart of the app.
+        self.start = next(p for p in self.by_port if p not in (self.primary, self.replica))
+
+    def kill(self) -> int:
+        """SIGKILL the slot's primary; the units its replica holds (frozen until promoted)."""
+        self.servers.stop(self.by_port[self.primary])
+        return replica_count(self.replica)
+
+    def wait_promoted(self) -> None:
+        deadline = time.monotonic() + WAIT
+        with redis.Redis(port=self.replica) as copy:
+            while copy.info("replication")["role"] != "master":
+                assert time.monotonic() < deadline, "the replica was not promoted"
+                time.sleep(0.02)  # polling the Cluster's state, not our own tasks
+
+
+@pytest.fixture
+def shard(redis_servers: RedisServers) -> Iterator[Shard]:
+    shard = Shard(redis_servers)
+    try:
+        yield shard
+    finally:
+        for node in shard.nodes:
+            redis_servers.stop(node)
+
+
+def check_failover(tally: Tally, kept: int, admitted_by_the_dead: int, failed: int) -> None:
+    """What a failover may cost: failures while the shard is down, and admissions past
+    the limit no more than the dead primary had admitted and its replica not received."""
+    assert failed > 0  # the shard was down for a while, and said so
+    lost = admitted_by_the_dead - kept
+    assert tally.allowed - LIMIT <= max(lost, 0)
 
 
 async def test_a_primary_killed_under_traffic_loses_at_most_what_it_had_not_replicated(
-    redis_servers: RedisServers,
+    shard: Shard,
 ) -> None:
-    nodes = redis_servers.cluster(3, replicas=1, node_timeout_ms=1000)
-    by_port = {node.port: node for node in nodes}
+    client = aioredis.RedisCluster(
+        host="127.0.0.1", port=shard.start, socket_timeout=2, socket_connect_timeout=2
+    )
+    backend = RedisRateLimitBackend(client)
+    tally, stop = Tally(), asyncio.Event()
+
+    async def traffic() -> None:
+        while not stop.is_set():
+            try:
+                tally.record(await backend.decide(KEY, POLICIES, 1, False))
+            except BackendUnavailable:  # the one failure callers may see
+                tally.record(None)
+                await asyncio.sleep(0.005)  # pacing while the shard is down
+
+    tasks = [asyncio.create_task(traffic()) for _ in range(16)]
     try:
-        primary = owner(list(by_port), SLOT)
-        with redis.Redis(port=primary) as client:
-            replica = int(client.info("replication")["slave0"]["port"])
-        start = next(port for port in by_port if port not in (primary, replica))
-        client = aioredis.RedisCluster(
-            host="127.0.0.1", port=start, socket_timeout=2, socket_connect_timeout=2
-        )
-        backend = RedisRateLimitBackend(client)
-        tally, stop = Tally(), asyncio.Event()
+        await asyncio.to_thread(tally.wait, lambda t: t.allowed >= 100)
+        kept = shard.kill()  # under traffic
+        await asyncio.to_thread(shard.wait_promoted)
+        admitted_by_the_dead = tally.allowed  # a superset: its replies all came before
+        failed = tally.failed
+        await asyncio.to_thread(tally.wait, lambda t: t.refused >= 20)
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+    check_failover(tally, kept, admitted_by_the_dead, failed)
+    peek = await backend.decide(KEY, POLICIES, 1, True)
+    assert peek.remaining == 0  # the promoted replica counts up to the limit
+    await backend.aclose()
+    await client.aclose()
 
-        async def traffic() -> None:
-            while not stop.is_set():
-                try:
-                    tally.record(await backend.decide(KEY, POLICIES, 1, False))
-                except BackendUnavailable:  # the one failure callers may see
-                    tally.record(None)
-                    await asyncio.sleep(0.005)  # pacing while the shard is down
 
-        async def promoted() -> bool:
-            async with aioredis.Redis(port=replica) as copy:
-                role: str = (await copy.info("replication"))["role"]
-                return role == "master"
+async def test_a_primary_killed_under_sync_traffic_loses_at_most_what_it_had_not_replicated(
+    shard: Shard,
+) -> None:
+    client = RedisCluster(
+        host="127.0.0.1", port=shard.start, socket_timeout=2, socket_connect_timeout=2
+    )
+    backend = SyncRedisRateLimitBackend(client)
+    tally, stop = Tally(), threading.Event()
 
-        tasks = [asyncio.create_task(traffic()) for _ in range(16)]
+    def traffic() -> None:
+        while not stop.is_set():
+            try:
+                tally.record(backend.decide(KEY, POLICIES, 1, False))
+            except BackendUnavailable:
+                tally.record(None)
+                stop.wait(0.005)  # pacing while the shard is down
+
+    threads = [threading.Thread(target=traffic) for _ in range(6)]
+    try:
+        for thread in threads:
+            thread.start()
         try:
-            await asyncio.to_thread(tally.wait, lambda t: t.allowed >= 100)
-            redis_servers.stop(by_port[primary])  # SIGKILL, under traffic
-            kept = replica_count(replica)  # frozen until the replica is promoted
-            await until(promoted)
-            admitted_by_the_dead = tally.allowed  # a superset: its replies came before
-            failed = tally.failed
-            await asyncio.to_thread(tally.wait, lambda t: t.refused >= 20)
+            tally.wait(lambda t: t.allowed >= 100)
+            kept = shard.kill()
+            shard.wait_promoted()
+            admitted_by_the_dead, failed = tally.allowed, tally.failed
+            tally.wait(lambda t: t.refused >= 20)
         finally:
             stop.set()
-            await asyncio.gather(*tasks)
-        assert failed > 0  # the shard was down for a while, and said so
-        lost = admitted_by_the_dead - kept
-        assert tally.allowed - LIMIT <= max(lost, 0)
-        peek = await backend.decide(KEY, POLICIES, 1, True)
-        assert peek.remaining == 0  # the promoted replica counts up to the limit
-        await backend.aclose()
-        await client.aclose()
+            for thread in threads:
+                thread.join()
+        check_failover(tally, kept, admitted_by_the_dead, failed)
+        assert backend.decide(KEY, POLICIES, 1, True).remaining == 0
     finally:
-        for node in nodes:
-            redis_servers.stop(node)
+        backend.close()
+        client.close()
