@@ -44,6 +44,7 @@ class SyncClusterWire:
         self.enabled = enabled
         self.redirections = 0  # MOVED, ASK and TRYAGAIN replies followed
         self._wires: dict[str, SyncWire] = {}  # by node name
+        self._creating = threading.Lock()
         self._refreshing = threading.Lock()
         self._refreshed = float("-inf")
 
@@ -95,14 +96,18 @@ class SyncClusterWire:
 
     def _wire(self, node: Any) -> SyncWire:
         wire = self._wires.get(node.name)
-        if wire is None or wire.client is not node.redis_connection:
-            if node.redis_connection is None:
-                self.client.nodes_manager.create_redis_connections([node])
-            stale, wire = wire, SyncWire(node.redis_connection)
-            self._wires[node.name] = wire
-            if stale is not None:
-                stale.close()
-        return wire
+        if wire is not None and wire.client is node.redis_connection:
+            return wire
+        with self._creating:  # one SyncWire per node, whatever threads ask at once
+            wire = self._wires.get(node.name)
+            if wire is None or wire.client is not node.redis_connection:
+                if node.redis_connection is None:
+                    self.client.nodes_manager.create_redis_connections([node])
+                stale, wire = wire, SyncWire(node.redis_connection)
+                self._wires[node.name] = wire
+                if stale is not None:
+                    stale.close()
+            return wire
 
     def _refresh(self) -> None:
         if time.monotonic() - self._refreshed < _REFRESH_PAUSE:
