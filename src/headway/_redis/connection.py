@@ -251,12 +251,13 @@ def _marker(loop: asyncio.AbstractEventLoop) -> ScriptCall:
     # Stands for the reply to ASKING in the FIFO: settled already, so its reply is dropped.
     future = loop.create_future()
     future.set_result(None)
-    marker = ScriptCall(future, _NO_SCRIPT, 0, b"", None, None)
+    marker = ScriptCall(future, _NEVER_SENT, 0, b"", None, None)
     marker.sent = loop.time()
     return marker
 
 
-_NO_SCRIPT = Script.from_source("asking", "return 0")
+# A marker's script: a ScriptCall needs one, and a marker is never written.
+_NEVER_SENT = Script.from_source("asking-marker", "return 0")
 
 
 def orphaned(orphan: Orphan, reply: Any) -> None:
