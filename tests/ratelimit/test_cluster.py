@@ -18,6 +18,7 @@ from headway import (
     SyncMemoryRateLimitBackend,
     SyncRedisRateLimitBackend,
 )
+from headway._redis.cluster_wire import ClusterWire
 from tests.ratelimit.strategies import EPOCH_US
 from tests.ratelimit.test_concurrency import BUCKETS, WINDOWS
 from tests.ratelimit.test_redis import POLICIES
@@ -77,8 +78,25 @@ async def test_the_scripts_match_the_model_on_the_cluster(cluster: list[Server])
             assert remote.decide(key, POLICIES, cost, peek, now_us=now) == model.decide(
                 key, POLICIES, cost, peek, now_us=now
             )
+        wire = remote._wire._cluster  # headway's sockets, one SyncWire per primary
+        assert wire is not None
+        assert wire.requests == 300
     finally:
         client.close()
+
+
+async def test_calls_go_over_headways_connections_one_per_primary(
+    client: aioredis.RedisCluster,
+) -> None:
+    backend = RedisRateLimitBackend(client)
+    limiter = RateLimiter(*POLICIES, backend=backend)
+    decisions = await asyncio.gather(*(limiter.hit(f"user-{i}") for i in range(30)))
+    assert {d.source for d in decisions} == {Source.BACKEND}
+    wire = backend._wires.wire()
+    assert isinstance(wire, ClusterWire)
+    assert wire.requests >= 30  # NOSCRIPT reloads on fresh nodes count too
+    assert len(wire._connections) == len(client.get_primaries())
+    await backend.aclose()
 
 
 @pytest.mark.parametrize("policy", [*WINDOWS, *BUCKETS], ids=lambda p: p.name)

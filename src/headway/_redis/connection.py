@@ -14,6 +14,10 @@
   reply overdue by the client's ``socket_timeout`` drops the connection.
 - A lost connection fails the calls in flight with redis-py's ``ConnectionError``
   (their outcome is unknown); the next call opens a new one.
+- A MOVED, ASK or TRYAGAIN reply (Redis Cluster: the slot lives elsewhere, or is
+  migrating) means the call did not run: the owner's ``redirected`` may send it again,
+  on this connection or another, on the same future (``_redis.cluster_wire``); a call
+  sent after ASK is preceded by ``ASKING`` on the same write.
 - A READONLY reply means the server was demoted to a replica (a Sentinel failover):
   the call fails with ``ConnectionError`` and the connection is dropped, as redis-py's
   Sentinel-managed connection does, so the next call asks the pool (the Sentinels)
@@ -26,7 +30,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import hiredis
 from redis import exceptions as redis_errors
@@ -34,15 +38,27 @@ from redis import exceptions as redis_errors
 from headway._redis.resp import REQUEST, reply_error
 from headway._redis.scripts import Script
 
-if TYPE_CHECKING:
-    from headway._redis.wire import Wire
-
-__all__ = ["Orphan", "PipelinedConnection", "ScriptCall", "orphaned", "take_over"]
+__all__ = ["Orphan", "Owner", "PipelinedConnection", "ScriptCall", "orphaned", "take_over"]
 
 log = logging.getLogger("headway")
 
 #: Receives the reply of a call whose caller stopped waiting.
 Orphan = Callable[[Any], object]
+
+#: Error replies that say where a Cluster call should have gone (it did not run).
+REDIRECTS = (redis_errors.AskError, redis_errors.TryAgainError)  # MovedError is an AskError
+_ASKING = b"*1\r\n$6\r\nASKING\r\n"
+
+
+class Owner(Protocol):
+    """What a connection needs from the wire that owns it (``Wire``, ``ClusterWire``)."""
+
+    loop: asyncio.AbstractEventLoop
+    requests: int
+    writes: int
+
+    def redirected(self, call: ScriptCall, error: Exception) -> bool:
+        """Take over ``call``, answered ``error`` (one of ``REDIRECTS``); False: fail it."""
 
 
 class ScriptCall:
@@ -50,13 +66,16 @@ class ScriptCall:
 
     __slots__ = (
         "always",
+        "asking",
         "deadline",
         "elements",
         "future",
         "orphan",
+        "redirects",
         "reloaded",
         "script",
         "sent",
+        "slot",
         "tail",
         "timeout",
     )
@@ -80,6 +99,11 @@ class ScriptCall:
         self.always = always
         self.reloaded = False
         self.sent = self.deadline = 0.0
+        # Cluster only: the key's slot, redirections followed, and whether the node
+        # it goes to imports the slot (ASK: ``ASKING`` precedes it).
+        self.slot = -1
+        self.redirects = 0
+        self.asking = False
 
 
 class PipelinedConnection(asyncio.Protocol):
@@ -87,7 +111,7 @@ class PipelinedConnection(asyncio.Protocol):
 
     def __init__(
         self,
-        wire: Wire,
+        wire: Owner,
         transport: asyncio.Transport,
         inner: asyncio.BaseProtocol,
         stall: float | None,
@@ -109,6 +133,9 @@ class PipelinedConnection(asyncio.Protocol):
     def send(self, call: ScriptCall) -> None:
         head = call.script.eval_head if call.reloaded else call.script.evalsha_head
         data = REQUEST % (call.elements, head, call.tail)
+        if call.asking:  # its own reply (+OK) goes to a marker already settled
+            data = _ASKING + data
+            self.pending.append(_marker(self.loop))
         self.wire.requests += 1
         if self.pending:  # replies outstanding: share the write of the next loop turn
             if not self.out:
@@ -120,7 +147,7 @@ class PipelinedConnection(asyncio.Protocol):
         self.pending.append(call)
         if call.timeout is not None or self.stall is not None:
             call.sent = self.loop.time()
-            if call.timeout is not None:
+            if call.timeout is not None and not call.deadline:  # a resent call keeps its own
                 call.deadline = call.sent + call.timeout
                 if self.timer is not None and call.deadline < self.timer.when():
                     self.timer.cancel()  # due before the armed timer: re-arm (rare)
@@ -183,6 +210,8 @@ class PipelinedConnection(asyncio.Protocol):
             call.reloaded = True  # EVAL runs the call and caches the script again
             self.send(call)
             return
+        if isinstance(reply, REDIRECTS) and self.wire.redirected(call, reply):
+            return
         future = call.future
         if isinstance(reply, redis_errors.ReadOnlyError):
             self._demoted(reply)
@@ -218,6 +247,19 @@ class PipelinedConnection(asyncio.Protocol):
         return False  # close our end too: connection_lost follows
 
 
+def _marker(loop: asyncio.AbstractEventLoop) -> ScriptCall:
+    # Stands for the reply to ASKING in the FIFO: settled already, so its reply is dropped.
+    future = loop.create_future()
+    future.set_result(None)
+    marker = ScriptCall(future, _NEVER_SENT, 0, b"", None, None)
+    marker.sent = loop.time()
+    return marker
+
+
+# A marker's script: a ScriptCall needs one, and a marker is never written.
+_NEVER_SENT = Script.from_source("asking-marker", "return 0")
+
+
 def orphaned(orphan: Orphan, reply: Any) -> None:
     """Hand ``reply`` to ``orphan``; its errors are logged, never raised into the reader."""
     try:
@@ -226,7 +268,7 @@ def orphaned(orphan: Orphan, reply: Any) -> None:
         log.exception("handling the reply of an abandoned Redis call failed")
 
 
-def take_over(wire: Wire, borrowed: Any) -> PipelinedConnection | None:
+def take_over(wire: Owner, borrowed: Any) -> PipelinedConnection | None:
     """Drive ``borrowed``'s socket (a redis-py connection) ourselves; None if we cannot."""
     writer = getattr(borrowed, "_writer", None)
     reader = getattr(borrowed, "_reader", None)

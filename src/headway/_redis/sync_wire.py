@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hiredis
 from redis import cluster as redis_cluster
@@ -18,7 +18,12 @@ from redis import exceptions as redis_errors
 from headway._redis.resp import REQUEST, Arg, Packed, refused, reply_error, tail, unpacked
 from headway._redis.scripts import Script
 
+if TYPE_CHECKING:
+    from headway._redis.sync_cluster_wire import SyncClusterWire
+
 __all__ = ["SyncWire"]
+
+_ASKING = b"*1\r\n$6\r\nASKING\r\n"
 
 
 class _SyncConnection:
@@ -29,15 +34,27 @@ class _SyncConnection:
         self.sock = borrowed._sock
         self.reader = hiredis.Reader(replyError=reply_error)
 
-    def call(self, script: Script, keys: Sequence[str], args: Sequence[Arg] | Packed) -> Any:
+    def call(
+        self,
+        script: Script,
+        keys: Sequence[str] | Packed,
+        args: Sequence[Arg] | Packed,
+        asking: bool = False,
+    ) -> Any:
         elements, packed = tail(keys, args)
-        reply = self._round_trip(REQUEST % (elements, script.evalsha_head, packed))
+        reply = self._round_trip(REQUEST % (elements, script.evalsha_head, packed), asking)
         if isinstance(reply, redis_errors.NoScriptError):  # EVAL runs it and caches it again
-            reply = self._round_trip(REQUEST % (elements, script.eval_head, packed))
+            reply = self._round_trip(REQUEST % (elements, script.eval_head, packed), asking)
         return reply
 
-    def _round_trip(self, data: bytes) -> Any:
-        self.sock.sendall(data)
+    def _round_trip(self, data: bytes, asking: bool) -> Any:
+        # After a Cluster's ASK, ``ASKING`` goes first in the same write; its +OK is dropped.
+        self.sock.sendall(_ASKING + data if asking else data)
+        if asking:
+            self._reply()
+        return self._reply()
+
+    def _reply(self) -> Any:
         while (reply := self.reader.gets()) is False:
             chunk = self.sock.recv(65536)
             if not chunk:
@@ -55,19 +72,36 @@ class SyncWire:
     Each call takes an idle connection (or opens one with redis-py, from the client's
     settings), writes the call, reads its reply and puts the connection back, so
     threads never share one mid-call. A connection that fails mid-call is closed: what
-    became of its call is unknown. ``enabled=False`` or a Cluster client sends every
-    call through redis-py.
+    became of its call is unknown. ``enabled=False`` sends every call through
+    redis-py. A Cluster client's calls go to a ``SyncClusterWire``, which
+    routes each to its slot's primary over a ``SyncWire`` per node.
     """
 
     def __init__(self, client: Any, enabled: bool = True) -> None:
+        from headway._redis.sync_cluster_wire import SyncClusterWire  # here: it imports us
+
         self.client = client
-        self.enabled = enabled and not isinstance(client, redis_cluster.RedisCluster)
+        self.enabled = enabled
+        self._cluster: SyncClusterWire | None = None
+        if isinstance(client, redis_cluster.RedisCluster):
+            self._cluster = SyncClusterWire(client, enabled)
         self.requests = 0
         self._idle: list[_SyncConnection] = []
         self._pid = os.getpid()
 
-    def call(self, script: Script, keys: Sequence[str], args: Sequence[Arg] | Packed) -> Any:
-        """Run ``script`` and return its reply (an error reply is raised)."""
+    def call(
+        self,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[Arg] | Packed,
+        asking: bool = False,
+    ) -> Any:
+        """Run ``script`` and return its reply (an error reply is raised).
+
+        ``asking``: the call follows a Cluster's ASK (``ASKING`` precedes it).
+        """
+        if self._cluster is not None:
+            return self._cluster.call(script, keys, args)
         connection: _SyncConnection | None = None
         if self.enabled:
             if os.getpid() != self._pid:  # forked: the parent's sockets are not ours to use
@@ -77,10 +111,15 @@ class SyncWire:
             except IndexError:
                 connection = self._open()  # None: this client's cannot be driven
         if connection is None:
+            if asking:  # ASKING on the call's connection: one pipeline (EVAL: no NOSCRIPT)
+                pipe = self.client.pipeline(transaction=False)
+                pipe.execute_command("ASKING")
+                pipe.eval(script.source, len(keys), *keys, *unpacked(args))
+                return pipe.execute()[1]
             return script.run_sync(self.client, keys, unpacked(args))
         self.requests += 1
         try:
-            reply = connection.call(script, keys, args)
+            reply = connection.call(script, keys, args, asking)
         except BaseException:
             connection.close()
             raise
@@ -101,6 +140,8 @@ class SyncWire:
 
     def close(self) -> None:
         """Close the idle connections (one still in a call closes when it is collected)."""
+        if self._cluster is not None:
+            self._cluster.close()
         idle, self._idle = self._idle, []
         for connection in idle:
             connection.close()

@@ -9,9 +9,10 @@ business), then the ``PipelinedConnection`` of ``_redis.connection`` takes the
 socket over (how it writes, matches replies, times calls out and hands replies
 nobody waits for to an ``orphan``: see there).
 
-A Cluster client, a client whose connections we cannot take over, or
-``enabled=False`` sends each call through redis-py instead. ``SyncWire``
-(``_redis.sync_wire``) is the same for sync clients.
+A Cluster client gets a ``ClusterWire`` instead (``_redis.cluster_wire``: the same
+interface, a pipelined connection per node, calls routed by slot). A client whose
+connections we cannot take over, or ``enabled=False``, sends each call through
+redis-py. ``SyncWire`` (``_redis.sync_wire``) is the same for sync clients.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis import asyncio as aioredis
 
@@ -28,7 +29,10 @@ from headway._redis.connection import Orphan, PipelinedConnection, ScriptCall, o
 from headway._redis.resp import Arg, Packed, refused, tail, unpacked
 from headway._redis.scripts import Script
 
-__all__ = ["Wire", "Wires", "forget", "reply_of"]
+if TYPE_CHECKING:
+    from headway._redis.cluster_wire import ClusterWire
+
+__all__ = ["Wire", "Wires", "forget", "reply_of", "through_redis_py"]
 
 
 def forget(future: asyncio.Future[Any]) -> None:
@@ -102,7 +106,7 @@ class Wire:
         if not self.ready:
             await self._connect()
             if not self.supported:
-                return await _through_redis_py(self.client, script, keys, args, orphan, always)
+                return await through_redis_py(self.client, script, keys, args, orphan, always)
         future = self.submit(script, keys, args, orphan, None, always)
         return await reply_of(future, None if always else orphan)
 
@@ -123,6 +127,10 @@ class Wire:
                 refused(borrowed)
                 return
             self._borrowed, self._connection = borrowed, connection
+
+    def redirected(self, call: ScriptCall, error: Exception) -> bool:
+        """A single node has nowhere to send a call again: its error stands."""
+        return False
 
     async def aclose(self) -> None:
         """Close the connection and give it back to the client's pool."""
@@ -150,7 +158,7 @@ async def reply_of(future: asyncio.Future[Any], orphan: Orphan | None) -> Any:
         raise
 
 
-async def _through_redis_py(
+async def through_redis_py(
     client: Any,
     script: Script,
     keys: Sequence[str],
@@ -158,6 +166,7 @@ async def _through_redis_py(
     orphan: Orphan | None,
     always: bool,
 ) -> Any:
+    """Run ``script`` through redis-py (with ``always``, ``orphan`` gets the reply too)."""
     # Without ``always`` the orphan is the wire's business only (see ``Wires.call``).
     reply = await script.run(client, keys, unpacked(args))
     if always and orphan is not None:
@@ -166,17 +175,25 @@ async def _through_redis_py(
 
 
 class Wires:
-    """One ``Wire`` per event loop for one client (or redis-py alone, when disabled)."""
+    """One wire per event loop for one client (or redis-py alone, when disabled).
+
+    A ``Wire`` for a single node, a ``ClusterWire`` for a Cluster client: one interface.
+    """
 
     def __init__(self, client: Any, enabled: bool = True) -> None:
+        from headway._redis.cluster_wire import ClusterWire  # here: it imports this module
+
         self.client = client
-        self.enabled = enabled and not isinstance(client, aioredis.RedisCluster)
-        self._wires: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Wire] = (
+        self.enabled = enabled
+        self._kind: type[Wire | ClusterWire] = (
+            ClusterWire if isinstance(client, aioredis.RedisCluster) else Wire
+        )
+        self._wires: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Wire | ClusterWire] = (
             weakref.WeakKeyDictionary()
         )
-        self._recent: Wire | None = None  # a weak-keyed lookup costs a weakref per call
+        self._recent: Wire | ClusterWire | None = None  # a weak-keyed lookup costs a weakref
 
-    def wire(self) -> Wire:
+    def wire(self) -> Wire | ClusterWire:
         """The running loop's wire."""
         loop = asyncio.get_running_loop()
         wire = self._recent
@@ -184,7 +201,7 @@ class Wires:
             return wire
         wire = self._wires.get(loop)
         if wire is None:
-            wire = self._wires[loop] = Wire(self.client, loop)
+            wire = self._wires[loop] = self._kind(self.client, loop)
         self._recent = wire
         return wire
 
@@ -192,7 +209,7 @@ class Wires:
         """True if calls go over our own connection (which never sends one twice)."""
         return self.enabled and self.wire().supported
 
-    def ready(self) -> Wire | None:
+    def ready(self) -> Wire | ClusterWire | None:
         """The running loop's wire if calls on it are written at once, else None."""
         if not self.enabled:
             return None
@@ -223,7 +240,7 @@ class Wires:
                 return await reply_of(future, None if always else orphan)
             pending = wire.call(script, keys, args, orphan, always)
         else:
-            pending = _through_redis_py(self.client, script, keys, args, orphan, always)
+            pending = through_redis_py(self.client, script, keys, args, orphan, always)
         return await (pending if timeout is None else within(timeout, pending))
 
     async def aclose(self) -> None:

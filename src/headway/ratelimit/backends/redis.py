@@ -95,9 +95,10 @@ class RedisRateLimitBackend:
     The latency budget is the limiter's (``RateLimiter(budget=...)``); connection
     and socket timeouts on the client bound what the budget cannot interrupt.
     With ``coalesce`` (the default), the scripts go over one pipelined connection
-    per event loop that headway drives itself (see ``_redis.wire``): a lone decision is
-    written at once, decisions made concurrently share writes. ``coalesce=False``,
-    or a Cluster client, sends every call through redis-py.
+    per event loop (on a Cluster, per node: ``_redis.cluster_wire``) that headway
+    drives itself (see ``_redis.wire``): a lone decision is written at once,
+    decisions made concurrently share writes. ``coalesce=False`` sends every call
+    through redis-py.
     """
 
     name = "redis"
@@ -227,7 +228,8 @@ class SyncRedisRateLimitBackend:
 
     The latency budget is the client's socket timeout: set it with ``from_url``.
     With ``direct`` (the default) the scripts go over sockets headway drives itself
-    (``_redis.sync_wire.SyncWire``); ``direct=False``, or a Cluster client, goes through redis-py.
+    (``_redis.sync_wire.SyncWire``; on a Cluster, per node); ``direct=False`` goes through
+    redis-py.
     """
 
     name = "redis"
