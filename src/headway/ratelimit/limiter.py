@@ -7,6 +7,7 @@ Both are thin shells over the same pure parts (``arguments``, ``blocked``,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import Sequence
@@ -15,11 +16,16 @@ from typing import Any
 from headway._clock import Clock, MonotonicClock
 from headway._errors import BackendUnavailable
 from headway.ratelimit.arguments import check_cost, check_policies, check_seconds
-from headway.ratelimit.backends.contract import RateLimitBackend, SyncRateLimitBackend
+from headway.ratelimit.backends.contract import (
+    LeasingBackend,
+    RateLimitBackend,
+    SyncRateLimitBackend,
+)
 from headway.ratelimit.backends.memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
 from headway.ratelimit.blocked import BlockedCache
 from headway.ratelimit.budget import Budget
 from headway.ratelimit.decision import Decision, fallback
+from headway.ratelimit.leasing import Held, Leasing, Ledger, back_of
 from headway.ratelimit.policies import Policy
 
 __all__ = ["RateLimiter", "SyncRateLimiter"]
@@ -76,8 +82,9 @@ class RateLimiter(_Shell):
     slower gives the failure-mode decision (allowed only if every policy says
     ``on_error="allow"``; ``retry_on_error`` is its ``retry_after`` when denied).
     ``cache_blocked`` (True or a number of keys) answers rejections for keys
-    known to be blocked without a round trip. With no backend, an in-memory one
-    serves this process.
+    known to be blocked without a round trip. ``lease`` (a ``Leasing``) takes quota
+    from the backend in chunks and decides in process, exactly (docs/ratelimit.md).
+    With no backend, an in-memory one serves this process.
     """
 
     def __init__(
@@ -88,14 +95,24 @@ class RateLimiter(_Shell):
         retry_on_error: float = 1.0,
         cache_blocked: bool | int = False,
         clock: Clock | None = None,
+        lease: Leasing | None = None,
     ) -> None:
         super().__init__(policies, budget, retry_on_error, cache_blocked, clock)
         self.backend: RateLimitBackend = backend or MemoryRateLimitBackend()
         self._budget = Budget(self.budget)
+        self.lease = lease
+        self._ledger: Ledger | None = None
+        if lease is not None:
+            if not callable(getattr(self.backend, "lease", None)):
+                raise TypeError(f"backend {self.backend!r} cannot lease quota")
+            self._ledger = Ledger(lease, self.policies)
+        self._returns: set[asyncio.Task[None]] = set()
 
     async def _decide(self, key: str, cost: int, peek: bool) -> Decision:
         if (cached := self._cached(key, cost)) is not None:
             return cached
+        if self._ledger is not None:
+            return await self._leased(self._ledger, key, cost, peek)
         sent = 0.0 if self.cache is None else self.clock()
         backend = self.backend
         try:
@@ -119,6 +136,80 @@ class RateLimiter(_Shell):
         if self.cache is not None and not decision.allowed:
             self.cache.put(key, cost, decision, sent)
         return decision
+
+    def _now_us(self) -> int:
+        return round(self.clock() * 1_000_000)
+
+    async def _leased(self, ledger: Ledger, key: str, cost: int, peek: bool) -> Decision:
+        """Decide from ``key``'s lease, or take a new one (one backend call)."""
+        if (local := ledger.spend(key, self._now_us(), cost, peek)) is not None:
+            return local
+        if peek:  # nothing to spend here: ask the backend, charging nothing
+            return await self._unleased(key, cost, peek)
+        pending = ledger.pending.get(key)
+        if pending is not None:  # another task is taking a lease for this key: share it
+            await asyncio.shield(pending)
+            if (local := ledger.spend(key, self._now_us(), cost, peek)) is not None:
+                return local
+        back = back_of(ledger.take(key))  # a lease spent or ended: return what is left
+        mine = ledger.pending.setdefault(key, asyncio.get_running_loop().create_future())
+        sent = self._now_us()
+        backend: LeasingBackend = self.backend  # type: ignore[assignment]
+        lease = ledger.leasing
+        try:
+            call = backend.lease(key, ledger.policies, cost, lease.chunk, lease.permille, back)
+            reply = await self._budget.run(call)
+        except (TimeoutError, BackendUnavailable):
+            return self._failed()
+        finally:
+            if not mine.done():
+                mine.set_result(None)
+            if ledger.pending.get(key) is mine:
+                del ledger.pending[key]
+        decision = ledger.decision(reply, cost)
+        if reply[0]:
+            self._expire_later(key, ledger.install(key, reply, sent, cost), ledger)
+        elif self.cache is not None:
+            self.cache.put(key, cost, decision, self.clock())
+        return decision
+
+    async def _unleased(self, key: str, cost: int, peek: bool) -> Decision:
+        try:
+            return await self._budget.run(self.backend.decide(key, self.policies, cost, peek))
+        except (TimeoutError, BackendUnavailable):
+            return self._failed()
+
+    def _expire_later(self, key: str, replaced: Held | None, ledger: Ledger) -> None:
+        held = ledger.held[key]
+        loop = asyncio.get_running_loop()
+        if replaced is not None:
+            self._give_back(key, replaced)
+        loop.call_later(ledger.leasing.hold, self._expired, key, held, ledger)
+
+    def _expired(self, key: str, held: Held, ledger: Ledger) -> None:
+        if (ended := ledger.expired(key, held)) is not None:
+            self._give_back(key, ended)
+
+    def _give_back(self, key: str, held: Held) -> None:
+        """Return ``held``'s unspent units in the background (lost if the backend fails)."""
+        task = asyncio.get_running_loop().create_task(self._return(key, held))
+        self._returns.add(task)
+        task.add_done_callback(self._returns.discard)
+
+    async def _return(self, key: str, held: Held) -> None:
+        backend: LeasingBackend = self.backend  # type: ignore[assignment]
+        # On failure the units come back anyway, when their window ends or the bucket refills.
+        with contextlib.suppress(TimeoutError, BackendUnavailable):
+            await self._budget.run(backend.lease(key, self.policies, 0, 0, 0, back_of(held)))
+
+    async def return_leases(self) -> None:
+        """Give every lease's unspent units back now (before a process goes idle or exits)."""
+        if self._ledger is None:
+            return
+        for key, held in self._ledger.everything():
+            await self._return(key, held)
+        if self._returns:
+            await asyncio.gather(*self._returns, return_exceptions=True)
 
     async def hit(self, key: str, cost: int = 1) -> Decision:
         """Charge ``cost`` units to ``key`` if every policy admits them."""

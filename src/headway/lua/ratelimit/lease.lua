@@ -1,0 +1,96 @@
+-- Lease a key's quota: charge up to `want` units to every policy at once,
+-- all-or-nothing, after giving back a previous lease's unspent units.
+-- INCLUDES  clock.lua (server_now_us), ratelimit/common.lua, the fragments of the
+--           call's algorithms, then ratelimit/leasing.lua.
+-- NEEDS     from clock: server_now_us; from common: idiv, ttl_ms, `algorithms`; from
+--           leasing: `leasing`.
+-- KEYS[1]   the string states of all the policies, joined by '|' in policy order
+--           (the key and format of ratelimit/decide.lua; no sliding logs here)
+-- ARGV[1]   now: "" reads the server's TIME; an integer (us) only from the tests,
+--           and then every TTL gets a 60 s grace (as in decide.lua)
+-- ARGV[2]   cost of the request that asks (0: only give back)
+-- ARGV[3]   want: most units to take (>= cost)
+-- ARGV[4]   permille: most of the least remaining quota to take, in thousandths
+-- ARGV[5]   units to give back first (0: none)
+-- ARGV[6 + 4(i-1) .. 9 + 4(i-1)]  kind, a, b, mark of policy i (mark: from the lease
+--           given back)
+-- Returns {granted, then per policy: ok, remaining, reset_us, retry_us, off, step, mark}.
+-- granted 0: refused (fields as decide.lua's peek at cost; off, step, mark 0); else
+-- the fields are after charging `granted` (>= cost) units, and unit i of the lease may be
+-- spent until the server's now + off + i * step (ratelimit/leasing.lua). {0} alone
+-- when cost is 0.
+local now, grace_ms
+if ARGV[1] == '' then
+  now = server_now_us()
+  grace_ms = 0
+else
+  now = tonumber(ARGV[1])
+  grace_ms = 60000
+end
+local cost, want = tonumber(ARGV[2]), tonumber(ARGV[3])
+local permille, back = tonumber(ARGV[4]), tonumber(ARGV[5])
+local n = (#ARGV - 5) / 4
+
+local values = {}
+local value = redis.call('GET', KEYS[1])
+if value then
+  for part in string.gmatch(value, '[^|]+') do values[#values + 1] = part end
+end
+
+local function arg(i, field) return tonumber(ARGV[5 + 4 * (i - 1) + field]) end
+
+local returned = false
+if back > 0 and value then
+  for i = 1, n do
+    local state = leasing[arg(i, 1)].give_back(values[i], arg(i, 4), back, arg(i, 2))
+    if state then
+      values[i] = state
+      returned = true
+    end
+  end
+end
+local function keep_returned()
+  if returned then
+    local pttl = redis.call('PTTL', KEYS[1])
+    if pttl > 0 then redis.call('SET', KEYS[1], table.concat(values, '|'), 'PX', pttl) end
+  end
+end
+if cost == 0 then
+  keep_returned()
+  return {0}
+end
+
+local before, allowed, least = {}, true, nil
+for i = 1, n do
+  local r = algorithms[arg(i, 1)].check(values[i] or false, KEYS[1], now, cost, arg(i, 2), arg(i, 3))
+  before[i] = r
+  allowed = allowed and r.ok
+  if least == nil or r.remaining < least then least = r.remaining end
+end
+if not allowed then
+  keep_returned()
+  local out = {0}
+  for i = 1, n do
+    local r = before[i]
+    for _, v in ipairs({r.ok and 1 or 0, r.remaining, r.reset, r.retry, 0, 0, 0}) do
+      out[#out + 1] = v
+    end
+  end
+  return out
+end
+
+local granted = math.min(least, math.max(cost, math.min(want, idiv(least * permille, 1000))))
+local out, written, longest = {granted}, {}, 0
+for i = 1, n do
+  local kind, a = arg(i, 1), arg(i, 2)
+  local r = algorithms[kind].check(values[i] or false, KEYS[1], now, granted, a, arg(i, 3))
+  local state, ttl_us = algorithms[kind].commit(KEYS[1], now, r, grace_ms)
+  written[i] = state
+  if ttl_us > longest then longest = ttl_us end
+  local off, step, mark = leasing[kind].terms(before[i], state, now, a)
+  for _, v in ipairs({1, r.remaining_after, r.reset_after, 0, off, step, mark}) do
+    out[#out + 1] = v
+  end
+end
+redis.call('SET', KEYS[1], table.concat(written, '|'), 'PX', ttl_ms(longest, grace_ms))
+return out
