@@ -4,12 +4,13 @@ A lease charges ``k`` units of a key's quota at once, through each algorithm's
 own model, and says for how long each unit may be spent (see ``docs/decisions.md``,
 "Leased quota"). Per algorithm it adds three things to the model:
 
-- ``terms``: ``(off, step)``: unit ``i`` of a lease (0-based, the request that took
-  it first) may be spent until ``charged at + off + i * step`` microseconds. Windows
-  (fixed window, sliding counter): until the window the units were charged to ends
-  (``step`` 0). Buckets (token, leaky): unit ``i`` holds the ``i``-th refill slot the
-  charge reserved, and may be spent only until that slot starts, so the bucket never
-  refills behind a unit still unspent.
+- ``(off, step)``: unit ``i`` of a lease (0-based, the request that took it first)
+  may be spent until ``charged at + off + i * step`` microseconds. Windows (fixed
+  window, sliding counter): until the window the units were charged to ends (``step``
+  0). Buckets (token, leaky): unit ``i`` holds the ``i``-th refill slot the charge
+  reserved, and may be spent only until that slot starts, so the bucket never refills
+  behind a unit still unspent; the slots start at least ``hold`` after the charge
+  (``bucket_charge``: the refill of that gap is held back) while the bucket has room.
 - ``mark``: what the state must still say for units to be given back (the window
   index; the bucket's end, its theoretical arrival time).
 - ``give_back``: the state with ``units`` unspent units taken off, or None when the
@@ -25,21 +26,38 @@ from typing import Any
 
 from headway.ratelimit.model import AlgorithmResult, ModelCheck
 
-__all__ = ["LEASED_KINDS", "give_back", "grant", "lease", "terms"]
+__all__ = ["BUCKETS", "LEASED_KINDS", "bucket_charge", "give_back", "grant", "lease", "terms"]
 
 #: The algorithm kinds (``algorithms.ALGORITHMS``) a lease can take quota from exactly.
 LEASED_KINDS = frozenset({1, 2, 3, 5})
+#: The buckets among them (token, leaky): their leases reserve refill slots.
+BUCKETS = frozenset({1, 2})
 
 
-def terms(
-    kind: int, before: AlgorithmResult, after: AlgorithmResult, now: int, a: int
-) -> tuple[int, int, int]:
-    """``(off, step, mark)`` of a lease charged at ``now`` (``before``: checked at its cost)."""
-    if kind == 1:  # token bucket: slots start where the bucket's TAT was (now if full)
-        return before.reset, a, after.state
-    if kind == 2:  # leaky bucket: the same, with the level as TAT - now
-        return before.reset, a, now + after.state[0]
-    index = now // a  # fixed window, sliding counter: the last us of the window
+def bucket_charge(
+    kind: int, state: Any, now: int, k: int, a: int, b: int, gap: int
+) -> tuple[Any, int, int, int, int]:
+    """A bucket charged ``k`` units, its first slot at least ``gap`` us away.
+
+    Returns ``(state, ttl_us, remaining_after, reset_after, off)``: the bucket's end
+    (its TAT) moves to ``max(end, now + gap) + k * a``, and ``off`` is where the lease's
+    slots start, so that its units stay valid for ``gap`` at least.
+    """
+    if kind == 1:
+        end = now if state is None else max(state, now)
+    else:
+        level, stamp = state if state is not None else (0, now)
+        end = now + max(0, level - max(0, now - stamp))
+    start = max(end, now + gap)
+    new_end = start + k * a
+    written = new_end if kind == 1 else (new_end - now, now)
+    remaining = (a * b - (new_end - now)) // a
+    return written, new_end - now, remaining, new_end - now, start - now
+
+
+def terms(kind: int, after: AlgorithmResult, now: int, a: int) -> tuple[int, int, int]:
+    """``(off, step, mark)`` of a window's lease charged at ``now``: its last us."""
+    index = now // a
     return (index + 1) * a - now - 1, 0, index
 
 
@@ -72,6 +90,7 @@ def lease(
     cost: int,
     want: int,
     permille: int,
+    hold_us: int,
 ) -> tuple[list[int], list[tuple[Any, int]] | None]:
     """Lease for a request of ``cost``: the script's reply, and the states to write.
 
@@ -91,7 +110,14 @@ def lease(
     reply = [k]
     writes = []
     for state, (check, a, b), kind, r in zip(states, checks, kinds, before, strict=True):
-        after = check(state, now, k, a, b)
-        reply += (1, after.remaining_after, after.reset_after, 0, *terms(kind, r, after, now, a))
-        writes.append((after.state, after.ttl_us))
+        if kind in BUCKETS:
+            gap = min(hold_us, (r.remaining - k) * a)
+            written, ttl, left, reset, off = bucket_charge(kind, state, now, k, a, b, gap)
+            mark = written if kind == 1 else written[0] + written[1]
+            reply += (1, left, reset, 0, off, a, mark)
+            writes.append((written, ttl))
+        else:
+            after = check(state, now, k, a, b)
+            reply += (1, after.remaining_after, after.reset_after, 0, *terms(kind, after, now, a))
+            writes.append((after.state, after.ttl_us))
     return reply, writes

@@ -63,6 +63,11 @@ class Leasing:
             raise ValueError(f"Leasing.hold must be between 0.001 and 60 seconds, got {hold!r}")
 
     @property
+    def hold_us(self) -> int:
+        """``hold`` in whole microseconds."""
+        return round(self.hold * 1_000_000)
+
+    @property
     def permille(self) -> int:
         """``share`` in thousandths, as the scripts receive it."""
         return max(1, round(self.share * 1000))
@@ -114,7 +119,7 @@ class Ledger:
         check_leasable(policies)
         self.leasing = leasing
         self.policies = policies
-        self.hold_us = round(leasing.hold * 1_000_000)
+        self.hold_us = leasing.hold_us
         self.held: dict[str, Held] = {}
         self.pending: dict[str, asyncio.Future[None]] = {}  # lease calls in flight, by key
         self.forks = _forks[0]

@@ -144,7 +144,9 @@ class RateLimiter(_Shell):
         """Decide from ``key``'s lease, or take a new one (one backend call)."""
         if (local := ledger.spend(key, self._now_us(), cost, peek)) is not None:
             return local
-        if peek:  # nothing to spend here: ask the backend, charging nothing
+        if peek:  # ask the backend, this lease's units given back first (as a hit would)
+            if (held := ledger.take(key)) is not None:
+                await self._return(key, held)
             return await self._unleased(key, cost, peek)
         pending = ledger.pending.get(key)
         if pending is not None:  # another task is taking a lease for this key: share it
@@ -155,10 +157,10 @@ class RateLimiter(_Shell):
         mine = ledger.pending.setdefault(key, asyncio.get_running_loop().create_future())
         sent = self._now_us()
         backend: LeasingBackend = self.backend  # type: ignore[assignment]
-        lease = ledger.leasing
         try:
-            call = backend.lease(key, ledger.policies, cost, lease.chunk, lease.permille, back)
-            reply = await self._budget.run(call)
+            reply = await self._budget.run(
+                backend.lease(key, self.policies, cost, ledger.leasing, back)
+            )
         except (TimeoutError, BackendUnavailable):
             return self._failed()
         finally:
@@ -198,9 +200,11 @@ class RateLimiter(_Shell):
 
     async def _return(self, key: str, held: Held) -> None:
         backend: LeasingBackend = self.backend  # type: ignore[assignment]
+        if self.lease is None:
+            return
         # On failure the units come back anyway, when their window ends or the bucket refills.
         with contextlib.suppress(TimeoutError, BackendUnavailable):
-            await self._budget.run(backend.lease(key, self.policies, 0, 0, 0, back_of(held)))
+            await self._budget.run(backend.lease(key, self.policies, 0, self.lease, back_of(held)))
 
     async def return_leases(self) -> None:
         """Give every lease's unspent units back now (before a process goes idle or exits)."""

@@ -11,8 +11,10 @@
 -- ARGV[2]   cost of the request that asks (0: only give back)
 -- ARGV[3]   want: most units to take (>= cost)
 -- ARGV[4]   permille: most of the least remaining quota to take, in thousandths
--- ARGV[5]   units to give back first (0: none)
--- ARGV[6 + 4(i-1) .. 9 + 4(i-1)]  kind, a, b, mark of policy i (mark: from the lease
+-- ARGV[5]   hold: us a bucket's lease should stay valid (its slots start no sooner,
+--           while the bucket has room for that gap besides the lease)
+-- ARGV[6]   units to give back first (0: none)
+-- ARGV[7 + 4(i-1) .. 10 + 4(i-1)]  kind, a, b, mark of policy i (mark: from the lease
 --           given back)
 -- Returns {granted, then per policy: ok, remaining, reset_us, retry_us, off, step, mark}.
 -- granted 0: refused (fields as decide.lua's peek at cost; off, step, mark 0); else
@@ -28,8 +30,8 @@ else
   grace_ms = 60000
 end
 local cost, want = tonumber(ARGV[2]), tonumber(ARGV[3])
-local permille, back = tonumber(ARGV[4]), tonumber(ARGV[5])
-local n = (#ARGV - 5) / 4
+local permille, hold, back = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local n = (#ARGV - 6) / 4
 
 local values = {}
 local value = redis.call('GET', KEYS[1])
@@ -37,7 +39,7 @@ if value then
   for part in string.gmatch(value, '[^|]+') do values[#values + 1] = part end
 end
 
-local function arg(i, field) return tonumber(ARGV[5 + 4 * (i - 1) + field]) end
+local function arg(i, field) return tonumber(ARGV[6 + 4 * (i - 1) + field]) end
 
 local returned = false
 if back > 0 and value then
@@ -82,15 +84,23 @@ end
 local granted = math.min(least, math.max(cost, math.min(want, idiv(least * permille, 1000))))
 local out, written, longest = {granted}, {}, 0
 for i = 1, n do
-  local kind, a = arg(i, 1), arg(i, 2)
-  local r = algorithms[kind].check(values[i] or false, KEYS[1], now, granted, a, arg(i, 3))
-  local state, ttl_us = algorithms[kind].commit(KEYS[1], now, r, grace_ms)
+  local kind, a, b = arg(i, 1), arg(i, 2), arg(i, 3)
+  local state, ttl_us, fields
+  if leasing[kind].charge then
+    local gap = math.min(hold, (before[i].remaining - granted) * a)
+    local remaining, reset, off, mark
+    state, ttl_us, remaining, reset, off, mark =
+      leasing[kind].charge(values[i] or false, now, granted, a, b, gap)
+    fields = {1, remaining, reset, 0, off, a, mark}
+  else
+    local r = algorithms[kind].check(values[i] or false, KEYS[1], now, granted, a, b)
+    state, ttl_us = algorithms[kind].commit(KEYS[1], now, r, grace_ms)
+    local off, step, mark = leasing[kind].terms(now, a)
+    fields = {1, r.remaining_after, r.reset_after, 0, off, step, mark}
+  end
   written[i] = state
   if ttl_us > longest then longest = ttl_us end
-  local off, step, mark = leasing[kind].terms(before[i], state, now, a)
-  for _, v in ipairs({1, r.remaining_after, r.reset_after, 0, off, step, mark}) do
-    out[#out + 1] = v
-  end
+  for _, v in ipairs(fields) do out[#out + 1] = v end
 end
 redis.call('SET', KEYS[1], table.concat(written, '|'), 'PX', ttl_ms(longest, grace_ms))
 return out

@@ -2,21 +2,33 @@
 -- reference model is ratelimit/lease_model.py, function for function.
 -- NEEDS       from ratelimit/common.lua: idiv, fmt
 -- DEFINES     leasing[kind] (kinds as in ratelimit/algorithms.py; sliding logs are not
---             leased) with
---   terms(before, state, now, a) -> off, step, mark   for a lease charged at now:
---       unit i (0-based) may be spent until now + off + i * step; before is the
---       fragment's check at the request's cost, state what its commit wrote;
---       mark is what the state must still say for units to be given back
---   give_back(state, mark, units, a) -> the state with units given back, or nil
---       when the state moved on (another window; another charge of a bucket since)
--- Reads only the STATE strings each fragment's header describes, and check's
--- documented field reset.
+--             leased), a table with
+--   give_back(state, mark, units, a) -> the state with units given back, or nil when
+--       the state moved on (another window; another charge of a bucket since)
+--   and, for windows (charged by their fragment's check and commit):
+--   terms(now, a) -> off, step, mark: unit i (0-based) may be spent until
+--       now + off + i * step (the window's last us); mark is the window index
+--   or, for buckets:
+--   charge(state, now, k, a, b, gap) -> state, ttl_us, remaining, reset, off, mark:
+--       the bucket's end (TAT) moves to max(end, now + gap) + k * a; unit i holds the
+--       refill slot starting at now + off + i * a and may be spent until it starts
+-- Reads and writes only the STATE strings each fragment's header describes.
 local leasing = {}
 
--- Token bucket, STATE the TAT: unit i holds the refill slot starting at the old TAT
--- (now if the bucket was full) + i * a, and may be spent until that slot starts.
+local function bucket_charge(state_end, now, k, a, b, gap)
+  local start = math.max(state_end, now + gap)
+  local new_end = start + k * a
+  return new_end, idiv(a * b - (new_end - now), a), start - now
+end
+
+-- Token bucket, STATE the TAT.
 leasing[1] = {
-  terms = function(before, state, _, a) return before.reset, a, tonumber(state) end,
+  charge = function(state, now, k, a, b, gap)
+    local tat = tonumber(state) or now
+    if tat < now then tat = now end
+    local new_end, remaining, off = bucket_charge(tat, now, k, a, b, gap)
+    return fmt(new_end), new_end - now, remaining, new_end - now, off, new_end
+  end,
   give_back = function(state, mark, units, a)
     local tat = tonumber(state)
     if tat ~= mark then return nil end
@@ -24,12 +36,18 @@ leasing[1] = {
   end,
 }
 
--- Leaky bucket, STATE "<level>:<stamp>": the same as the token bucket, with
--- stamp + level as the TAT.
+-- Leaky bucket, STATE "<level>:<stamp>": its end is stamp + level.
 leasing[2] = {
-  terms = function(before, state, _, a)
-    local l, t = string.match(state, '^(%d+):(%d+)$')
-    return before.reset, a, tonumber(l) + tonumber(t)
+  charge = function(state, now, k, a, b, gap)
+    local level = 0
+    if state then
+      local l, t = string.match(state, '^(%d+):(%d+)$')
+      level = tonumber(l) - math.max(0, now - tonumber(t))
+      if level < 0 then level = 0 end
+    end
+    local new_end, remaining, off = bucket_charge(now + level, now, k, a, b, gap)
+    local written = string.format('%d:%d', new_end - now, now)
+    return written, new_end - now, remaining, new_end - now, off, new_end
   end,
   give_back = function(state, mark, units, a)
     local l, t = string.match(state, '^(%d+):(%d+)$')
@@ -40,7 +58,7 @@ leasing[2] = {
 }
 
 -- Windows: units may be spent until the window they were charged to ends.
-local function window_terms(_, _, now, a)
+local function window_terms(now, a)
   local index = idiv(now, a)
   return (index + 1) * a - now - 1, 0, index
 end

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from headway._keys import tag_base
 from headway.ratelimit.algorithms import PolicySet
 from headway.ratelimit.decision import Decision
+from headway.ratelimit.leasing import Leasing
 from headway.ratelimit.policies import Concurrency, Policy
 from headway.ratelimit.slots import Grant
 
@@ -88,16 +89,15 @@ class LeasingBackend(RateLimitBackend, Protocol):
         key: str,
         policies: PolicySet,
         cost: int,
-        want: int,
-        permille: int,
+        leasing: Leasing,
         back: tuple[int, Sequence[int]] = (0, ()),
         *,
         now_us: int | None = None,
     ) -> list[int]:
         """Lease for a request of ``cost``, first giving back ``back`` (units, marks).
 
-        Charges ``cost`` to ``want`` units at once (at most ``permille``/1000 of the
-        least remaining quota) to every policy, all-or-nothing, and replies
+        Charges ``cost`` to ``leasing.chunk`` units at once (at most ``leasing.share`` of
+        the least remaining quota) to every policy, all-or-nothing, and replies
         ``lua/ratelimit/lease.lua``'s list (``lease_model.lease``). ``cost`` 0 only
         gives back. Raises ``BackendUnavailable`` when it cannot answer.
         """
@@ -188,14 +188,14 @@ def lease_call(
     key: str,
     policies: PolicySet,
     cost: int,
-    want: int,
-    permille: int,
+    leasing: Leasing,
     back: tuple[int, Sequence[int]],
     now_us: int | None,
 ) -> tuple[list[str], list[int | str]]:
     """Keys and arguments of ``ratelimit/lease.lua``."""
     units, marks = back
-    head: list[int | str] = ["" if now_us is None else now_us, cost, want, permille, units]
+    now: int | str = "" if now_us is None else now_us
+    head = [now, cost, leasing.chunk, leasing.permille, leasing.hold_us, units]
     for i, (kind, a, b) in enumerate(policies.specs):
         head += (kind, a, b, marks[i] if units else 0)
     return state_keys(key, policies), head

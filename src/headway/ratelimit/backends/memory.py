@@ -20,6 +20,7 @@ from headway.ratelimit.algorithms import PolicySet
 from headway.ratelimit.backends.contract import policy_keys
 from headway.ratelimit.decision import Decision, decision_from_reply
 from headway.ratelimit.lease_model import give_back, lease
+from headway.ratelimit.leasing import Leasing
 from headway.ratelimit.model import decide
 from headway.ratelimit.policies import Concurrency, Policy
 from headway.ratelimit.slots import Grant, slot_key
@@ -62,8 +63,7 @@ class _Store:
         key: str,
         policies: PolicySet,
         cost: int,
-        want: int,
-        permille: int,
+        leasing: Leasing,
         back: tuple[int, Sequence[int]],
         now_us: int | None,
     ) -> list[int]:
@@ -81,7 +81,8 @@ class _Store:
                         self.entries[k] = (returned, self.entries[k][1])
             if cost == 0:
                 return [0]
-            reply, writes = lease(states, policies.checks, kinds, now, cost, want, permille)
+            terms = (leasing.chunk, leasing.permille, leasing.hold_us)
+            reply, writes = lease(states, policies.checks, kinds, now, cost, *terms)
             for k, (state, ttl_us) in zip(keys, writes or (), strict=False):
                 self.entries[k] = (state, now + max(1, -(-ttl_us // 1000)) * 1000)
             return reply
@@ -190,14 +191,13 @@ class MemoryRateLimitBackend:
         key: str,
         policies: PolicySet,
         cost: int,
-        want: int,
-        permille: int,
+        leasing: Leasing,
         back: tuple[int, Sequence[int]] = (0, ()),
         *,
         now_us: int | None = None,
     ) -> list[int]:
         """Lease quota (see ``LeasingBackend.lease``): ``lease_model`` over the dict."""
-        return self._store.lease(key, policies, cost, want, permille, back, now_us)
+        return self._store.lease(key, policies, cost, leasing, back, now_us)
 
     async def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
         """Take a concurrency slot (see ``ConcurrencyBackend``)."""

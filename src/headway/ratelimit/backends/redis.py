@@ -27,6 +27,7 @@ from headway._redis.wire import Wires, forget
 from headway.ratelimit.algorithms import PolicySet
 from headway.ratelimit.backends.contract import decide_call, lease_call, state_keys
 from headway.ratelimit.decision import Decision, decision_from_reply
+from headway.ratelimit.leasing import Leasing
 from headway.ratelimit.policies import Concurrency, Policy
 from headway.ratelimit.slots import Grant, slot_key
 
@@ -189,14 +190,13 @@ class RedisRateLimitBackend:
         key: str,
         policies: PolicySet,
         cost: int,
-        want: int,
-        permille: int,
+        leasing: Leasing,
         back: tuple[int, Sequence[int]] = (0, ()),
         *,
         now_us: int | None = None,
     ) -> list[int]:
         """Lease quota (see ``LeasingBackend.lease``): one EVALSHA of ``ratelimit/lease.lua``."""
-        keys, args = lease_call(key, policies, cost, want, permille, back, now_us)
+        keys, args = lease_call(key, policies, cost, leasing, back, now_us)
         try:
             reply = await self._wires.call(lease_script(policies), keys, args)
         except UNAVAILABLE as exc:
