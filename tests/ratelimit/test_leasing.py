@@ -14,18 +14,21 @@ from redis import asyncio as aioredis
 
 from headway import (
     FixedWindow,
+    LeakyBucket,
     Leasing,
     MemoryRateLimitBackend,
     RateLimiter,
     RateLimitMiddleware,
     RedisRateLimitBackend,
     Rule,
+    SlidingCounter,
     SlidingLog,
     Source,
     TokenBucket,
 )
+from headway._clock import FakeClock
 from headway.ratelimit.lease_model import grant
-from headway.ratelimit.policies import OnError
+from headway.ratelimit.policies import OnError, Policy
 from tests.ratelimit.conftest import BackendFactory
 from tests.servers import Server
 
@@ -189,3 +192,27 @@ async def test_the_middleware_leases_and_speaks_the_headers() -> None:
         for i, left in enumerate(range(4, -1, -1))
     ]
     assert int(answers[5].headers["Retry-After"]) > 0
+
+
+@pytest.mark.parametrize(
+    ("policy", "later"),
+    [
+        (FixedWindow(2, 1.0), 0.5),  # the window the units were charged to has ended
+        (SlidingCounter(2, 1.0), 0.5),
+        (TokenBucket(2, 1, 1.0), 2.5),  # the bucket refilled the slot of the unit left
+        (LeakyBucket(2, 1, 1.0), 2.5),
+    ],
+)
+async def test_a_unit_is_never_spent_past_its_end(policy: Policy, later: float) -> None:
+    clock = FakeClock(1000.5)
+    leasing = Leasing(chunk=2, share=1, hold=10)
+    leased = RateLimiter(policy, backend=MemoryRateLimitBackend(clock), clock=clock, lease=leasing)
+    plain = RateLimiter(policy, backend=MemoryRateLimitBackend(clock), clock=clock)
+    assert (await leased.hit("k")).allowed  # leases 2 units, spends 1
+    assert (await plain.hit("k")).allowed
+    clock.now += later
+    # The unit left is no longer spendable: a new lease gives it back and takes more,
+    # admitting what the plain limiter admits (a unit spent late would be one more).
+    expected = [(await plain.hit("k")).allowed for _ in range(3)]
+    assert [(await leased.hit("k")).allowed for _ in range(3)] == expected
+    assert expected[0]

@@ -70,11 +70,11 @@ def give_back(kind: int, state: Any, mark: int, units: int, a: int) -> Any:
     if kind == 2:
         level, stamp = state
         return (level - units * a, stamp) if level + stamp == mark else None
-    if state[0] != mark:
-        return None
     if kind == 3:
-        return (state[0], max(0, state[1] - units))
-    return (state[0], max(0, state[1] - units), state[2])
+        return (state[0], max(0, state[1] - units)) if state[0] == mark else None
+    if state[0] == mark + 1:  # a sliding counter's previous window still weighs: lighten it
+        return (state[0], state[1], max(0, state[2] - units))
+    return (state[0], max(0, state[1] - units), state[2]) if state[0] == mark else None
 
 
 def grant(least: int, cost: int, want: int, permille: int) -> int:

@@ -138,7 +138,7 @@ class Ledger:
             return None
         if not peek:
             held.used += cost
-        left = held.units - held.used - (cost if peek else 0)
+        left = held.units - held.used  # a peek reports what remains before it, as decide
         elapsed = now - held.base
         reply = [1]
         for remaining, reset in held.parts:

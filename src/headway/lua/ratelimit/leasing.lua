@@ -73,12 +73,17 @@ leasing[3] = {
   end,
 }
 
--- Sliding counter, STATE "<w>:<c>:<p>".
+-- Sliding counter, STATE "<w>:<c>:<p>": units go back to the window they were charged
+-- to, current or (while it still weighs) previous.
 leasing[5] = {
   terms = window_terms,
   give_back = function(state, mark, units)
-    local w, c, p = string.match(state, '^(%d+):(%d+):(%d+)$')
-    if tonumber(w) ~= mark then return nil end
-    return string.format('%d:%d:%d', tonumber(w), math.max(0, tonumber(c) - units), tonumber(p))
+    local sw, sc, sp = string.match(state, '^(%d+):(%d+):(%d+)$')
+    local w, c, p = tonumber(sw), tonumber(sc), tonumber(sp)
+    if w == mark + 1 then  -- the previous window still weighs: lighten it
+      return string.format('%d:%d:%d', w, c, math.max(0, p - units))
+    end
+    if w ~= mark then return nil end
+    return string.format('%d:%d:%d', w, math.max(0, c - units), p)
   end,
 }
