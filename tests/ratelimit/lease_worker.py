@@ -3,10 +3,11 @@
 ``python -m tests.ratelimit.lease_worker MODE URL KEY POLICY_JSON SECONDS TASKS CHUNK SHARE``
 
 It prints ``ready`` once connected and starts on a ``go`` line on stdin, so that
-every process starts together. ``hammer``: TASKS tasks hit the key for SECONDS and
-it prints the server-clock (realtime, us) interval around each admission, as JSON.
-``idle``: one hit, then it waits for its lease to go back (the hold timer) and
-prints its count. ``solo``: one hit, then, on a second ``go``, hits until refused.
+every process starts together. ``hammer``: TASKS tasks hit the key for SECONDS
+(each pausing POLICY_JSON's ``pace`` seconds between hits); it prints the realtime
+interval (us) around each admission, as JSON. ``idle``: one hit, then it waits for
+its lease to go back (the hold timer) and prints its count. ``solo``: one hit, then,
+on a second ``go``, hits until refused.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ def _now_us() -> int:
     return time.time_ns() // 1000
 
 
-async def _hammer(limiter: RateLimiter, key: str, seconds: float, tasks: int) -> list[list[int]]:
+async def _hammer(
+    limiter: RateLimiter, key: str, seconds: float, tasks: int, pace: float
+) -> list[list[int]]:
     admitted: list[list[int]] = []
     deadline = time.monotonic() + seconds
 
@@ -42,7 +45,9 @@ async def _hammer(limiter: RateLimiter, key: str, seconds: float, tasks: int) ->
             if decision.allowed:
                 assert not decision.failed
                 admitted.append([before, after])
-            await asyncio.sleep(0)  # local answers never yield: let the others run
+            # Demand spread over time (a multiple of the rate): leases are still held when
+            # windows end and buckets refill, where a unit spent too late would show.
+            await asyncio.sleep(pace)
 
     await asyncio.gather(*(task() for _ in range(tasks)))
     return admitted
@@ -56,6 +61,7 @@ async def main(mode: str, url: str, key: str, spec: str, seconds: str, tasks: st
     limiter = RateLimiter(
         policy_class(*described["args"]),
         backend=backend,
+        budget=10.0,  # a loaded machine: no failure-mode decisions
         cache_blocked=mode == "hammer",
         lease=Leasing(chunk=chunk, share=share, hold=0.1),
     )
@@ -63,7 +69,8 @@ async def main(mode: str, url: str, key: str, spec: str, seconds: str, tasks: st
     print("ready", flush=True)
     await _line()
     if mode == "hammer":
-        admitted = await _hammer(limiter, key, float(seconds), int(tasks))
+        pace = float(described["pace"])
+        admitted = await _hammer(limiter, key, float(seconds), int(tasks), pace)
         print(json.dumps({"admitted": admitted}), flush=True)
         return
     count = int((await limiter.hit(key)).allowed)

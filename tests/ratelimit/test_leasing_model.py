@@ -122,8 +122,8 @@ hits = st.lists(
 
 async def _both(
     policy: Policy, leasing: Leasing, calls: Sequence[tuple[int, int, bool]]
-) -> list[tuple[int, bool, int, bool, int]]:
-    """Each call on a leasing and a plain limiter: (time, leased?, remaining, plain?, ...)."""
+) -> list[tuple[int, bool, int, bool, int, int, bool]]:
+    """Each call on a leasing and a plain limiter: time, both answers, cost, peek."""
     clock = FakeClock(1_000.0)
     leased = RateLimiter(policy, backend=MemoryRateLimitBackend(clock), clock=clock, lease=leasing)
     plain = RateLimiter(policy, backend=MemoryRateLimitBackend(clock), clock=clock)

@@ -1,7 +1,7 @@
 """Leased quota under real concurrency: 4 OS processes x 8 tasks on one hot key, counted.
 
-Demand is far above the limit. Every admission is recorded as the realtime interval
-(the clock Redis's TIME reads on this machine) around its ``hit``, which holds the
+Demand is four times the rate, spread over time. Every admission is recorded as the
+realtime interval (the clock Redis's TIME reads on this machine) around its ``hit``, which holds the
 moment it was really admitted: in process, or in the script. Counting only the
 admissions that certainly fall in a window (interval inside it), no window of the
 algorithm ever holds more than it allows; an admission the checks cannot place
@@ -118,11 +118,13 @@ def check_bucket(admitted: list[Interval], capacity: int, interval_us: int) -> N
             assert count <= capacity + (t - s) // interval_us, (s, t, count)
 
 
+# Each task pauses ``pace`` seconds between hits: all of them together ask for 4 times the
+# rate (windows: 200 per 0.4 s; buckets: 200 per second after a burst of 40).
 CASES = {
-    "fixed_window": ({"name": "fixed_window", "args": [200, 0.4]}, 400_000),
-    "sliding_counter": ({"name": "sliding_counter", "args": [200, 0.4]}, 400_000),
-    "token_bucket": ({"name": "token_bucket", "args": [40, 200, 1.0]}, 5_000),
-    "leaky_bucket": ({"name": "leaky_bucket", "args": [40, 200, 1.0]}, 5_000),
+    "fixed_window": ({"name": "fixed_window", "args": [200, 0.4], "pace": 0.016}, 400_000),
+    "sliding_counter": ({"name": "sliding_counter", "args": [200, 0.4], "pace": 0.016}, 400_000),
+    "token_bucket": ({"name": "token_bucket", "args": [40, 200, 1.0], "pace": 0.04}, 5_000),
+    "leaky_bucket": ({"name": "leaky_bucket", "args": [40, 200, 1.0], "pace": 0.04}, 5_000),
 }
 
 
@@ -146,7 +148,7 @@ async def test_processes_never_admit_more_than_the_algorithm_allows(
 async def test_one_busy_process_gets_the_units_idle_ones_leased(
     redis_url: str, algorithm: str
 ) -> None:
-    spec = {"name": algorithm, "args": [100, 3600.0]}
+    spec = {"name": algorithm, "args": [100, 3600.0], "pace": 0}
     reports = await _run(redis_url, ["solo"] + ["idle"] * (PROCESSES - 1), spec)
     assert [r["held"] for r in reports] == [0] * PROCESSES  # the idle ones gave theirs back
     assert sum(r["admitted"] for r in reports) == 100  # type: ignore[misc]
