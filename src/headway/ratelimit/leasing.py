@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,13 +92,15 @@ class Held:
 
     def __init__(self, reply: list[int], n: int, base: int, cost: int, hold_us: int) -> None:
         self.base = base  # local us when the call was sent: no later than the server's charge
-        self.ends = base + hold_us
         self.units = reply[0]
         self.used = cost  # the request that took the lease spent its cost
         fields = [reply[1 + 7 * i : 8 + 7 * i] for i in range(n)]
         self.parts = [(f[1], f[2]) for f in fields]  # (remaining, reset_us) after the charge
-        self.terms = [(f[4], f[5]) for f in fields]
         self.marks = [f[6] for f in fields]
+        # A window's units all end with it: one deadline with the hold's. A bucket's
+        # (off, step) stay, as each unit ends later than the one before.
+        self.ends = min([base + hold_us] + [base + f[4] for f in fields if f[5] == 0])
+        self.terms = [(base + f[4], f[5]) for f in fields if f[5] != 0]
 
     @property
     def unspent(self) -> int:
@@ -106,10 +109,13 @@ class Held:
 
     def usable(self, now: int, cost: int) -> bool:
         """Whether ``cost`` units may be spent at local time ``now`` (us)."""
-        if self.used + cost > self.units or now > self.ends:
-            return False
         index = self.used  # units are spent in order: the first one binds
-        return all(now <= self.base + off + index * step for off, step in self.terms)
+        if index + cost > self.units or now > self.ends:
+            return False
+        for start, step in self.terms:
+            if now > start + index * step:
+                return False
+        return True
 
 
 class Ledger:
@@ -133,17 +139,31 @@ class Ledger:
 
     def spend(self, key: str, now: int, cost: int, peek: bool) -> Decision | None:
         """The decision from ``key``'s lease if it covers ``cost`` now, else None."""
-        held = self._current().get(key)
-        if held is None or not held.usable(now, cost):
+        if self.forks != _forks[0]:
+            self._current()
+        held = self.held.get(key)
+        # ``Held.usable``, inlined: this is the hot path.
+        if held is None:
             return None
+        index = held.used  # units are spent in order: the first one binds
+        if index + cost > held.units or now > held.ends:
+            return None
+        for start, step in held.terms:
+            if now > start + index * step:
+                return None
         if not peek:
-            held.used += cost
+            held.used = index + cost
         left = held.units - held.used  # a peek reports what remains before it, as decide
         elapsed = now - held.base
-        reply = [1]
-        for remaining, reset in held.parts:
-            reply += (1, remaining + left, max(0, reset - elapsed), 0)
-        return decision_from_reply(reply, self.policies)
+        parts = held.parts
+        if len(parts) == 1:
+            remaining, reset = parts[0]
+            reply: Sequence[int] = (1, 1, remaining + left, max(0, reset - elapsed), 0)
+            return decision_from_reply(reply, self.policies)
+        many = [1]
+        for remaining, reset in parts:
+            many += (1, remaining + left, max(0, reset - elapsed), 0)
+        return decision_from_reply(many, self.policies)
 
     def take(self, key: str) -> Held | None:
         """Remove ``key``'s lease (to return its unspent units), if it has any."""

@@ -111,8 +111,10 @@ class RateLimiter(_Shell):
     async def _decide(self, key: str, cost: int, peek: bool) -> Decision:
         if (cached := self._cached(key, cost)) is not None:
             return cached
-        if self._ledger is not None:
-            return await self._leased(self._ledger, key, cost, peek)
+        if (ledger := self._ledger) is not None:
+            if (local := ledger.spend(key, round(self.clock() * 1e6), cost, peek)) is not None:
+                return local  # the hot path: no I/O, no coroutine below this one
+            return await self._leased(ledger, key, cost, peek)
         sent = 0.0 if self.cache is None else self.clock()
         backend = self.backend
         try:
@@ -141,9 +143,7 @@ class RateLimiter(_Shell):
         return round(self.clock() * 1_000_000)
 
     async def _leased(self, ledger: Ledger, key: str, cost: int, peek: bool) -> Decision:
-        """Decide from ``key``'s lease, or take a new one (one backend call)."""
-        if (local := ledger.spend(key, self._now_us(), cost, peek)) is not None:
-            return local
+        """Decide when ``key``'s lease cannot: take a new one (one backend call)."""
         if peek:  # ask the backend, this lease's units given back first (as a hit would)
             if (held := ledger.take(key)) is not None:
                 await self._return(key, held)
@@ -217,6 +217,12 @@ class RateLimiter(_Shell):
 
     async def hit(self, key: str, cost: int = 1) -> Decision:
         """Charge ``cost`` units to ``key`` if every policy admits them."""
+        ledger = self._ledger
+        if ledger is not None and type(key) is str and type(cost) is int and cost > 0:
+            # The leased hot path, one coroutine frame: a lease covers only valid costs.
+            local = ledger.spend(key, round(self.clock() * 1e6), cost, False)
+            if local is not None:
+                return local
         return await self._decide(key, cost, peek=False)
 
     async def peek(self, key: str, cost: int = 1) -> Decision:
