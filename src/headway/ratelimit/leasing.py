@@ -97,8 +97,8 @@ class Held:
         fields = [reply[1 + 7 * i : 8 + 7 * i] for i in range(n)]
         self.parts = [(f[1], f[2]) for f in fields]  # (remaining, reset_us) after the charge
         self.marks = [f[6] for f in fields]
-        # A window's units all end with it: one deadline with the hold's. A bucket's
-        # (off, step) stay, as each unit ends later than the one before.
+        # A window's units all end with it: one deadline with the hold's. A bucket's unit
+        # i ends at start + i * step, each later than the one before.
         self.ends = min([base + hold_us] + [base + f[4] for f in fields if f[5] == 0])
         self.terms = [(base + f[4], f[5]) for f in fields if f[5] != 0]
 
@@ -106,16 +106,6 @@ class Held:
     def unspent(self) -> int:
         """Units granted and not spent."""
         return self.units - self.used
-
-    def usable(self, now: int, cost: int) -> bool:
-        """Whether ``cost`` units may be spent at local time ``now`` (us)."""
-        index = self.used  # units are spent in order: the first one binds
-        if index + cost > self.units or now > self.ends:
-            return False
-        for start, step in self.terms:
-            if now > start + index * step:
-                return False
-        return True
 
 
 class Ledger:
@@ -142,10 +132,11 @@ class Ledger:
         if self.forks != _forks[0]:
             self._current()
         held = self.held.get(key)
-        # ``Held.usable``, inlined: this is the hot path.
         if held is None:
             return None
-        index = held.used  # units are spent in order: the first one binds
+        # Covered if the units are there and the first to spend has not ended (units are
+        # spent in order; a bucket's end later one after another).
+        index = held.used
         if index + cost > held.units or now > held.ends:
             return None
         for start, step in held.terms:

@@ -154,7 +154,8 @@ class RateLimiter(_Shell):
             if (local := ledger.spend(key, self._now_us(), cost, peek)) is not None:
                 return local
         back = back_of(ledger.take(key))  # a lease spent or ended: return what is left
-        mine = ledger.pending.setdefault(key, asyncio.get_running_loop().create_future())
+        mine = asyncio.get_running_loop().create_future()
+        ledger.pending.setdefault(key, mine)  # others wait for the first call in flight
         sent = self._now_us()
         backend: LeasingBackend = self.backend  # type: ignore[assignment]
         try:
