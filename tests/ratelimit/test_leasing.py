@@ -74,6 +74,15 @@ async def test_two_limiters_share_one_quota_and_return_leases(
     assert sum([(await second.hit("k")).allowed for _ in range(15)]) == 9
 
 
+async def test_reset_drops_the_lease_too(make_backend: BackendFactory) -> None:
+    limiter = RateLimiter(
+        FixedWindow(10, 3600.0), backend=make_backend(), lease=Leasing(chunk=10, share=1)
+    )
+    assert (await limiter.hit("k")).allowed  # leases all 10
+    await limiter.reset("k")
+    assert sum([(await limiter.hit("k")).allowed for _ in range(15)]) == 10
+
+
 async def test_a_held_lease_goes_back_after_hold(make_backend: BackendFactory) -> None:
     backend = make_backend()
     idle = RateLimiter(FixedWindow(10, 3600.0), backend=backend, lease=Leasing(10, 1, hold=0.05))

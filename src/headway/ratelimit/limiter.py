@@ -156,7 +156,7 @@ class RateLimiter(_Shell):
         back = back_of(ledger.take(key))  # a lease spent or ended: return what is left
         mine = asyncio.get_running_loop().create_future()
         ledger.pending.setdefault(key, mine)  # others wait for the first call in flight
-        sent = self._now_us()
+        sent = self.clock()
         backend: LeasingBackend = self.backend  # type: ignore[assignment]
         try:
             reply = await self._budget.run(
@@ -171,9 +171,10 @@ class RateLimiter(_Shell):
                 del ledger.pending[key]
         decision = ledger.decision(reply, cost)
         if reply[0]:
-            self._expire_later(key, ledger.install(key, reply, sent, cost), ledger)
+            installed = ledger.install(key, reply, round(sent * 1e6), cost)
+            self._expire_later(key, installed, ledger)
         elif self.cache is not None:
-            self.cache.put(key, cost, decision, self.clock())
+            self.cache.put(key, cost, decision, sent)
         return decision
 
     async def _unleased(self, key: str, cost: int, peek: bool) -> Decision:
@@ -234,6 +235,8 @@ class RateLimiter(_Shell):
         """Forget ``key``'s usage under every policy (raises BackendUnavailable on failure)."""
         if self.cache is not None:
             self.cache.forget(key)
+        if self._ledger is not None:  # its units were charged to the state forgotten
+            self._ledger.take(key)
         await self.backend.reset(key, self.policies)
 
     async def wait(self, key: str, cost: int = 1, *, timeout: float = 10.0) -> Decision:
