@@ -225,3 +225,30 @@ async def test_a_unit_is_never_spent_past_its_end(policy: Policy, later: float) 
     expected = [(await plain.hit("k")).allowed for _ in range(3)]
     assert [(await leased.hit("k")).allowed for _ in range(3)] == expected
     assert expected[0]
+
+
+async def test_the_decorator_and_the_dependency_lease_too() -> None:
+    from fastapi import Depends, FastAPI
+
+    from headway import RateLimitDependency, rate_limit
+    from tests.ratelimit.apps import client
+
+    app = FastAPI()
+    backend = MemoryRateLimitBackend()
+    limit = RateLimitDependency(FixedWindow(3, 3600.0), backend=backend, lease=Leasing(2))
+
+    @app.get("/decorated")
+    @rate_limit(FixedWindow(3, 3600.0), backend=backend, lease=Leasing(chunk=2))
+    async def decorated() -> dict[str, str]:
+        return {}
+
+    @app.get("/depends", dependencies=[Depends(limit)])
+    async def depends() -> dict[str, str]:
+        return {}
+
+    async with client(app) as http:
+        for path in ("/decorated", "/depends"):
+            codes = [(await http.get(path)).status_code for _ in range(4)]
+            assert codes == [200, 200, 200, 429], path
+    guards = [decorated.guard, limit.guard]  # type: ignore[attr-defined]
+    assert [g.rules[0].limiter.lease for g in guards] == [Leasing(2), Leasing(2)]
