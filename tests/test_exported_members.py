@@ -38,6 +38,7 @@ def test_all_is_pinned() -> None:
         "JsonSerializer",
         "LeakyBucket",
         "Lease",
+        "Leasing",
         "LimiterSettings",
         "Lock",
         "LockBackend",

@@ -63,6 +63,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.ratelimit.http.middleware import RateLimitMiddleware
     from headway.ratelimit.http.refusals import RefusalContext, RefusalHook
     from headway.ratelimit.http.rules import LimiterSettings, PolicyFunction, Rule
+    from headway.ratelimit.leasing import Leasing
     from headway.ratelimit.limiter import RateLimiter, SyncRateLimiter
     from headway.ratelimit.policies import (
         Concurrency,
@@ -119,6 +120,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway.ratelimit.http.identity": ("ApiKey", "AuthenticatedUser", "ClientAddress", "Identity"),
     "headway.ratelimit.http.middleware": ("RateLimitMiddleware",),
     "headway.ratelimit.http.rules": ("LimiterSettings", "PolicyFunction", "Rule"),
+    "headway.ratelimit.leasing": ("Leasing",),
     "headway.ratelimit.limiter": ("RateLimiter", "SyncRateLimiter"),
     "headway.ratelimit.policies": (
         "Concurrency",
@@ -186,6 +188,7 @@ __all__ = [
     "JsonSerializer",
     "LeakyBucket",
     "Lease",
+    "Leasing",
     "LimiterSettings",
     "Lock",
     "LockBackend",

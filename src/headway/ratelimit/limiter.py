@@ -7,6 +7,7 @@ Both are thin shells over the same pure parts (``arguments``, ``blocked``,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import Sequence
@@ -15,11 +16,16 @@ from typing import Any
 from headway._clock import Clock, MonotonicClock
 from headway._errors import BackendUnavailable
 from headway.ratelimit.arguments import check_cost, check_policies, check_seconds
-from headway.ratelimit.backends.contract import RateLimitBackend, SyncRateLimitBackend
+from headway.ratelimit.backends.contract import (
+    LeasingBackend,
+    RateLimitBackend,
+    SyncRateLimitBackend,
+)
 from headway.ratelimit.backends.memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
 from headway.ratelimit.blocked import BlockedCache
 from headway.ratelimit.budget import Budget
 from headway.ratelimit.decision import Decision, fallback
+from headway.ratelimit.leasing import Held, Leasing, Ledger, back_of
 from headway.ratelimit.policies import Policy
 
 __all__ = ["RateLimiter", "SyncRateLimiter"]
@@ -76,8 +82,9 @@ class RateLimiter(_Shell):
     slower gives the failure-mode decision (allowed only if every policy says
     ``on_error="allow"``; ``retry_on_error`` is its ``retry_after`` when denied).
     ``cache_blocked`` (True or a number of keys) answers rejections for keys
-    known to be blocked without a round trip. With no backend, an in-memory one
-    serves this process.
+    known to be blocked without a round trip. ``lease`` (a ``Leasing``) takes quota
+    from the backend in chunks and decides in process, exactly (docs/ratelimit.md).
+    With no backend, an in-memory one serves this process.
     """
 
     def __init__(
@@ -88,14 +95,26 @@ class RateLimiter(_Shell):
         retry_on_error: float = 1.0,
         cache_blocked: bool | int = False,
         clock: Clock | None = None,
+        lease: Leasing | None = None,
     ) -> None:
         super().__init__(policies, budget, retry_on_error, cache_blocked, clock)
         self.backend: RateLimitBackend = backend or MemoryRateLimitBackend()
         self._budget = Budget(self.budget)
+        self.lease = lease
+        self._ledger: Ledger | None = None
+        if lease is not None:
+            if not callable(getattr(self.backend, "lease", None)):
+                raise TypeError(f"backend {self.backend!r} cannot lease quota")
+            self._ledger = Ledger(lease, self.policies)
+        self._returns: set[asyncio.Task[None]] = set()
 
     async def _decide(self, key: str, cost: int, peek: bool) -> Decision:
         if (cached := self._cached(key, cost)) is not None:
             return cached
+        if (ledger := self._ledger) is not None:
+            if (local := ledger.spend(key, round(self.clock() * 1e6), cost, peek)) is not None:
+                return local  # the hot path: no I/O, no coroutine below this one
+            return await self._leased(ledger, key, cost, peek)
         sent = 0.0 if self.cache is None else self.clock()
         backend = self.backend
         try:
@@ -120,8 +139,92 @@ class RateLimiter(_Shell):
             self.cache.put(key, cost, decision, sent)
         return decision
 
+    def _now_us(self) -> int:
+        return round(self.clock() * 1_000_000)
+
+    async def _leased(self, ledger: Ledger, key: str, cost: int, peek: bool) -> Decision:
+        """Decide when ``key``'s lease cannot: take a new one (one backend call)."""
+        if peek:  # ask the backend, this lease's units given back first (as a hit would)
+            if (held := ledger.take(key)) is not None:
+                await self._return(key, held)
+            return await self._unleased(key, cost, peek)
+        pending = ledger.pending.get(key)
+        if pending is not None:  # another task is taking a lease for this key: share it
+            await asyncio.shield(pending)
+            if (local := ledger.spend(key, self._now_us(), cost, peek)) is not None:
+                return local
+        back = back_of(ledger.take(key))  # a lease spent or ended: return what is left
+        mine = asyncio.get_running_loop().create_future()
+        ledger.pending.setdefault(key, mine)  # others wait for the first call in flight
+        sent = self.clock()
+        backend: LeasingBackend = self.backend  # type: ignore[assignment]
+        try:
+            reply = await self._budget.run(
+                backend.lease(key, self.policies, cost, ledger.leasing, back)
+            )
+        except (TimeoutError, BackendUnavailable):
+            return self._failed()
+        finally:
+            if not mine.done():
+                mine.set_result(None)
+            if ledger.pending.get(key) is mine:
+                del ledger.pending[key]
+        decision = ledger.decision(reply, cost)
+        if reply[0]:
+            installed = ledger.install(key, reply, round(sent * 1e6), cost)
+            self._expire_later(key, installed, ledger)
+        elif self.cache is not None:
+            self.cache.put(key, cost, decision, sent)
+        return decision
+
+    async def _unleased(self, key: str, cost: int, peek: bool) -> Decision:
+        try:
+            return await self._budget.run(self.backend.decide(key, self.policies, cost, peek))
+        except (TimeoutError, BackendUnavailable):
+            return self._failed()
+
+    def _expire_later(self, key: str, replaced: Held | None, ledger: Ledger) -> None:
+        held = ledger.held[key]
+        loop = asyncio.get_running_loop()
+        if replaced is not None:
+            self._give_back(key, replaced)
+        loop.call_later(ledger.leasing.hold, self._expired, key, held, ledger)
+
+    def _expired(self, key: str, held: Held, ledger: Ledger) -> None:
+        if (ended := ledger.expired(key, held)) is not None:
+            self._give_back(key, ended)
+
+    def _give_back(self, key: str, held: Held) -> None:
+        """Return ``held``'s unspent units in the background (lost if the backend fails)."""
+        task = asyncio.get_running_loop().create_task(self._return(key, held))
+        self._returns.add(task)
+        task.add_done_callback(self._returns.discard)
+
+    async def _return(self, key: str, held: Held) -> None:
+        backend: LeasingBackend = self.backend  # type: ignore[assignment]
+        if self.lease is None:
+            return
+        # On failure the units come back anyway, when their window ends or the bucket refills.
+        with contextlib.suppress(TimeoutError, BackendUnavailable):
+            await self._budget.run(backend.lease(key, self.policies, 0, self.lease, back_of(held)))
+
+    async def return_leases(self) -> None:
+        """Give every lease's unspent units back now (before a process goes idle or exits)."""
+        if self._ledger is None:
+            return
+        for key, held in self._ledger.everything():
+            await self._return(key, held)
+        if self._returns:
+            await asyncio.gather(*self._returns, return_exceptions=True)
+
     async def hit(self, key: str, cost: int = 1) -> Decision:
         """Charge ``cost`` units to ``key`` if every policy admits them."""
+        ledger = self._ledger
+        if ledger is not None and type(key) is str and type(cost) is int and cost > 0:
+            # The leased hot path, one coroutine frame: a lease covers only valid costs.
+            local = ledger.spend(key, round(self.clock() * 1e6), cost, False)
+            if local is not None:
+                return local
         return await self._decide(key, cost, peek=False)
 
     async def peek(self, key: str, cost: int = 1) -> Decision:
@@ -132,6 +235,8 @@ class RateLimiter(_Shell):
         """Forget ``key``'s usage under every policy (raises BackendUnavailable on failure)."""
         if self.cache is not None:
             self.cache.forget(key)
+        if self._ledger is not None:  # its units were charged to the state forgotten
+            self._ledger.take(key)
         await self.backend.reset(key, self.policies)
 
     async def wait(self, key: str, cost: int = 1, *, timeout: float = 10.0) -> Decision:

@@ -18,15 +18,18 @@ from typing import Any, Protocol
 from headway._keys import tag_base
 from headway.ratelimit.algorithms import PolicySet
 from headway.ratelimit.decision import Decision
+from headway.ratelimit.leasing import Leasing
 from headway.ratelimit.policies import Concurrency, Policy
 from headway.ratelimit.slots import Grant
 
 __all__ = [
     "ConcurrencyBackend",
+    "LeasingBackend",
     "RateLimitBackend",
     "SyncConcurrencyBackend",
     "SyncRateLimitBackend",
     "decide_call",
+    "lease_call",
     "policy_keys",
     "state_keys",
 ]
@@ -75,6 +78,29 @@ class RateLimitBackend(Protocol):
 
     async def reset(self, key: str, policies: Sequence[Policy]) -> None:
         """Forget every policy's state for ``key``."""
+        ...
+
+
+class LeasingBackend(RateLimitBackend, Protocol):
+    """An async backend that can lease quota (``RateLimiter(lease=Leasing(...))``)."""
+
+    async def lease(
+        self,
+        key: str,
+        policies: PolicySet,
+        cost: int,
+        leasing: Leasing,
+        back: tuple[int, Sequence[int]] = (0, ()),
+        *,
+        now_us: int | None = None,
+    ) -> list[int]:
+        """Lease for a request of ``cost``, first giving back ``back`` (units, marks).
+
+        Charges ``cost`` to ``leasing.chunk`` units at once (at most ``leasing.share`` of
+        the least remaining quota) to every policy, all-or-nothing, and replies
+        ``lua/ratelimit/lease.lua``'s list (``lease_model.lease``). ``cost`` 0 only
+        gives back. Raises ``BackendUnavailable`` when it cannot answer.
+        """
         ...
 
 
@@ -156,3 +182,20 @@ def decide_call(
     policies = PolicySet.of(policies)
     head = ["" if now_us is None else now_us, cost, 1 if peek else 0]
     return state_keys(key, policies), [*head, *policies.flat]
+
+
+def lease_call(
+    key: str,
+    policies: PolicySet,
+    cost: int,
+    leasing: Leasing,
+    back: tuple[int, Sequence[int]],
+    now_us: int | None,
+) -> tuple[list[str], list[int | str]]:
+    """Keys and arguments of ``ratelimit/lease.lua``."""
+    units, marks = back
+    now: int | str = "" if now_us is None else now_us
+    head = [now, cost, leasing.chunk, leasing.permille, leasing.hold_us, units]
+    for i, (kind, a, b) in enumerate(policies.specs):
+        head += (kind, a, b, marks[i] if units else 0)
+    return state_keys(key, policies), head

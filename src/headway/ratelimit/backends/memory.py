@@ -19,6 +19,8 @@ from headway._errors import BackendUnavailable
 from headway.ratelimit.algorithms import PolicySet
 from headway.ratelimit.backends.contract import policy_keys
 from headway.ratelimit.decision import Decision, decision_from_reply
+from headway.ratelimit.lease_model import give_back, lease
+from headway.ratelimit.leasing import Leasing
 from headway.ratelimit.model import decide
 from headway.ratelimit.policies import Concurrency, Policy
 from headway.ratelimit.slots import Grant, slot_key
@@ -55,6 +57,35 @@ class _Store:
             if len(self.entries) >= self._sweep_at:
                 self._sweep(now)
         return reply
+
+    def lease(
+        self,
+        key: str,
+        policies: PolicySet,
+        cost: int,
+        leasing: Leasing,
+        back: tuple[int, Sequence[int]],
+        now_us: int | None,
+    ) -> list[int]:
+        with self._mutex:
+            now = self._now() if now_us is None else now_us
+            keys = policy_keys(key, policies)
+            states = [self._get(k, now) for k in keys]
+            kinds = [spec[0] for spec in policies.specs]
+            units, marks = back
+            if units:
+                for i, (k, (kind, a, _)) in enumerate(zip(keys, policies.specs, strict=True)):
+                    returned = give_back(kind, states[i], marks[i], units, a)
+                    if returned is not None:  # the state keeps its expiry
+                        states[i] = returned
+                        self.entries[k] = (returned, self.entries[k][1])
+            if cost == 0:
+                return [0]
+            terms = (leasing.chunk, leasing.permille, leasing.hold_us)
+            reply, writes = lease(states, policies.checks, kinds, now, cost, *terms)
+            for k, (state, ttl_us) in zip(keys, writes or (), strict=False):
+                self.entries[k] = (state, now + max(1, -(-ttl_us // 1000)) * 1000)
+            return reply
 
     def _get(self, key: str, now: int) -> Any:
         entry = self.entries.get(key)
@@ -154,6 +185,19 @@ class MemoryRateLimitBackend:
     async def reset(self, key: str, policies: Sequence[Policy]) -> None:
         """Forget ``key``."""
         self._store.reset(key, policies)
+
+    async def lease(
+        self,
+        key: str,
+        policies: PolicySet,
+        cost: int,
+        leasing: Leasing,
+        back: tuple[int, Sequence[int]] = (0, ()),
+        *,
+        now_us: int | None = None,
+    ) -> list[int]:
+        """Lease quota (see ``LeasingBackend.lease``): ``lease_model`` over the dict."""
+        return self._store.lease(key, policies, cost, leasing, back, now_us)
 
     async def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
         """Take a concurrency slot (see ``ConcurrencyBackend``)."""

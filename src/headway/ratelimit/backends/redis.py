@@ -25,14 +25,16 @@ from headway._redis.scripts import Script
 from headway._redis.sync_wire import SyncWire
 from headway._redis.wire import Wires, forget
 from headway.ratelimit.algorithms import PolicySet
-from headway.ratelimit.backends.contract import decide_call, state_keys
+from headway.ratelimit.backends.contract import decide_call, lease_call, state_keys
 from headway.ratelimit.decision import Decision, decision_from_reply
+from headway.ratelimit.leasing import Leasing
 from headway.ratelimit.policies import Concurrency, Policy
 from headway.ratelimit.slots import Grant, slot_key
 
-__all__ = ["RedisRateLimitBackend", "SyncRedisRateLimitBackend", "decide_script"]
+__all__ = ["RedisRateLimitBackend", "SyncRedisRateLimitBackend", "decide_script", "lease_script"]
 
 _DECIDE: dict[tuple[bool, tuple[int, ...]], Script] = {}
+_LEASE: dict[tuple[int, ...], Script] = {}
 #: Whether calls go over headway's pipelined connection (``_redis.wire``) unless told otherwise.
 COALESCE = True
 SLOT_ACQUIRE = Script("permits/acquire", include=("clock",))
@@ -54,6 +56,17 @@ def decide_script(policies: Sequence[Policy]) -> Script:
         include = ("clock", "ratelimit/common", *(a.fragment for a in policies.algorithms))
         main = "ratelimit/decide_one" if alone else "ratelimit/decide"
         script = _DECIDE[(alone, kinds)] = Script(main, include=include)
+    return script
+
+
+def lease_script(policies: PolicySet) -> Script:
+    """``ratelimit/lease.lua`` with the fragments of the algorithms ``policies`` use."""
+    used = policies.algorithms
+    kinds = tuple(a.kind for a in used)
+    script = _LEASE.get(kinds)
+    if script is None:
+        include = ("clock", "ratelimit/common", *(a.fragment for a in used), "ratelimit/leasing")
+        script = _LEASE[kinds] = Script("ratelimit/lease", include=include)
     return script
 
 
@@ -178,6 +191,24 @@ class RedisRateLimitBackend:
             packing = self._recent = self._packing(policies)
         args = packing.packed_args(cost, peek)
         return wire.submit(packing.script, packing.packed_keys(key), args, None, timeout)
+
+    async def lease(
+        self,
+        key: str,
+        policies: PolicySet,
+        cost: int,
+        leasing: Leasing,
+        back: tuple[int, Sequence[int]] = (0, ()),
+        *,
+        now_us: int | None = None,
+    ) -> list[int]:
+        """Lease quota (see ``LeasingBackend.lease``): one EVALSHA of ``ratelimit/lease.lua``."""
+        keys, args = lease_call(key, policies, cost, leasing, back, now_us)
+        try:
+            reply = await self._wires.call(lease_script(policies), keys, args)
+        except UNAVAILABLE as exc:
+            raise unavailable(exc) from exc
+        return list(reply)
 
     async def aclose(self) -> None:
         """Return headway's connection to the client's pool (the client stays the caller's)."""

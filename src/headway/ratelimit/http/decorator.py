@@ -47,6 +47,7 @@ from headway.ratelimit.http.rules import (
     Rule,
     given_policies,
 )
+from headway.ratelimit.leasing import Leasing
 
 __all__ = ["RateLimitDecorator", "rate_limit"]
 
@@ -218,6 +219,7 @@ def rate_limit(
     legacy_headers: bool = False,
     limiter: LimiterSettings | None = None,
     on_refusal: RefusalHook | None = None,
+    lease: Leasing | None = None,
 ) -> RateLimitDecorator:
     """Rate-limit one endpoint with ``policies`` (or ``named`` policies), like a middleware rule.
 
@@ -238,6 +240,7 @@ def rate_limit(
         per=per,
         fail=fail,
         shadow=shadow,
+        lease=lease,
     )
     make_guard = functools.partial(
         Guard,

@@ -40,6 +40,7 @@ from headway.ratelimit.http.rules import (
     Rule,
     given_policies,
 )
+from headway.ratelimit.leasing import Leasing
 
 __all__ = ["RateLimitDependency", "RateLimitRefused"]
 
@@ -120,6 +121,7 @@ class RateLimitDependency:
         legacy_headers: bool = False,
         limiter: LimiterSettings | None = None,
         on_refusal: RefusalHook | None = None,
+        lease: Leasing | None = None,
     ) -> None:
         rule = Rule(
             given_policies(policies, named),
@@ -129,6 +131,7 @@ class RateLimitDependency:
             per=per,
             fail=fail,
             shadow=shadow,
+            lease=lease,
         )
         self.rule = rule
         self.guard = Guard(

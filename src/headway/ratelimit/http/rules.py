@@ -24,6 +24,7 @@ from headway.ratelimit.concurrency import ConcurrencyLimiter
 from headway.ratelimit.decision import Decision
 from headway.ratelimit.http.headers import concurrency_item, policy_item, sf_string
 from headway.ratelimit.http.identity import ApiKey, AuthenticatedUser, ClientAddress, Identity
+from headway.ratelimit.leasing import Leasing, check_leasable
 from headway.ratelimit.limiter import RateLimiter
 from headway.ratelimit.policies import Concurrency, OnError, Policy
 from headway.ratelimit.slots import Admission
@@ -123,6 +124,8 @@ class Rule:
     - ``fail``: ``"open"`` or ``"closed"`` when the backend errs or is too
       slow (default: each policy's ``on_error``).
     - ``shadow``: decide, log, report and set headers, but never reject.
+    - ``lease``: take the quota from the backend in chunks and decide in process
+      (``Leasing``; exact, see docs/ratelimit.md); not for sliding logs.
     """
 
     policies: Limits | PolicyFunction
@@ -135,6 +138,7 @@ class Rule:
     per: Per = "rule"
     fail: Literal["open", "closed"] | None = None
     shadow: bool = False
+    lease: Leasing | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -155,7 +159,9 @@ class Rule:
         if len(slots) > 1:
             raise ValueError("a rule holds at most one Concurrency limit")
         if rates or not slots:
-            check_policies(list(rates.values()))
+            checked = check_policies(list(rates.values()))
+            if self.lease is not None:
+                check_leasable(checked)
 
     @property
     def dynamic(self) -> bool:
@@ -193,8 +199,13 @@ class LimiterSettings:
     cache_blocked: bool | int = False
     clock: Clock | None = None
 
-    def rate_limiter(self, policies: Sequence[Policy], backend: RateLimitBackend) -> RateLimiter:
-        """A ``RateLimiter`` of ``policies`` on ``backend``, with these settings."""
+    def rate_limiter(
+        self,
+        policies: Sequence[Policy],
+        backend: RateLimitBackend,
+        lease: Leasing | None = None,
+    ) -> RateLimiter:
+        """A ``RateLimiter`` of ``policies`` on ``backend``, with these settings (and ``lease``)."""
         return RateLimiter(
             *policies,
             backend=backend,
@@ -202,6 +213,7 @@ class LimiterSettings:
             retry_on_error=self.retry_on_error,
             cache_blocked=self.cache_blocked,
             clock=self.clock,
+            lease=lease,
         )
 
     def concurrency_limiter(
@@ -253,7 +265,9 @@ class BoundRule:
         #: What keys start with: the name, unless the decorator makes it unique per endpoint.
         self.prefix = rule.name
         self.names = list(rates)
-        self.limiter = settings.rate_limiter(list(rates.values()), backend) if rates else None
+        self.limiter = (
+            settings.rate_limiter(list(rates.values()), backend, rule.lease) if rates else None
+        )
         self.header_names = [sf_string(n) for n in self.names]
         self.policy_items = [policy_item(n, p) for n, p in rates.items()]
         self.concurrency: ConcurrencyLimiter | None = None

@@ -1,0 +1,200 @@
+"""Leased quota: a limiter takes units from the backend in chunks and decides in process.
+
+``Leasing`` is the option (``RateLimiter(..., lease=Leasing())``). ``Ledger`` keeps
+one limiter's leases, one per key: a decision spends from the key's lease when it
+can (no I/O), and otherwise calls the backend's ``lease``, which charges up to
+``chunk`` units (fewer as the quota runs out: at most ``share`` of what remains,
+never less than the request's cost) and says until when each unit may be spent
+(``lease_model``). Unspent units go back with the key's next lease call, when the
+lease is held ``hold`` seconds, or on ``RateLimiter.return_leases``. A forked child
+starts with no leases: units leased by its parent are never spent twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from headway.ratelimit.algorithms import PolicySet, algorithm_of
+from headway.ratelimit.decision import Decision, decision_from_reply
+from headway.ratelimit.lease_model import LEASED_KINDS
+from headway.ratelimit.policies import MAX_UNITS
+
+__all__ = ["Held", "Leasing", "Ledger", "check_leasable"]
+
+# Counts forks: a ledger made before the last fork (in the parent) drops its leases.
+_forks = [0]
+
+
+def _forked() -> None:
+    _forks[0] += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
+@dataclass(frozen=True, slots=True)
+class Leasing:
+    """Take quota from the backend in chunks, decide in process (exact: see docs/ratelimit.md).
+
+    ``chunk``: most units one lease takes. ``share``: most of a key's remaining
+    quota one lease takes (so near the end each decision is one call again, and one
+    process cannot sit on the last units). ``hold``: seconds after which a lease's
+    unspent units go back (a bucket's units expire sooner, as it refills).
+    """
+
+    chunk: int = 128
+    share: float = 0.125
+    hold: float = 0.1
+
+    def __post_init__(self) -> None:
+        if isinstance(self.chunk, bool) or not isinstance(self.chunk, int):
+            raise TypeError(f"Leasing.chunk must be an int, not {type(self.chunk).__name__}")
+        if not 1 <= self.chunk <= MAX_UNITS:
+            raise ValueError(f"Leasing.chunk must be between 1 and {MAX_UNITS}, got {self.chunk}")
+        if not (isinstance(self.share, int | float) and 0.001 <= self.share <= 1):
+            raise ValueError(f"Leasing.share must be between 0.001 and 1, got {self.share!r}")
+        hold = self.hold
+        if not (isinstance(hold, int | float) and math.isfinite(hold) and 0.001 <= hold <= 60):
+            raise ValueError(f"Leasing.hold must be between 0.001 and 60 seconds, got {hold!r}")
+
+    @property
+    def hold_us(self) -> int:
+        """``hold`` in whole microseconds."""
+        return round(self.hold * 1_000_000)
+
+    @property
+    def permille(self) -> int:
+        """``share`` in thousandths, as the scripts receive it."""
+        return max(1, round(self.share * 1000))
+
+
+def check_leasable(policies: PolicySet) -> None:
+    """Raise ValueError for a policy whose quota cannot be leased exactly."""
+    for policy in policies:
+        if algorithm_of(policy).kind not in LEASED_KINDS:
+            raise ValueError(
+                f"{type(policy).__name__} cannot be leased: a sliding log records each unit "
+                "when it is charged, so a unit spent later would leave its window early "
+                "(see docs/ratelimit.md, 'Leased quota')"
+            )
+
+
+class Held:
+    """One lease on one key: what it granted, what was spent, until when units last."""
+
+    __slots__ = ("base", "ends", "marks", "parts", "terms", "units", "used")
+
+    def __init__(self, reply: list[int], n: int, base: int, cost: int, hold_us: int) -> None:
+        self.base = base  # local us when the call was sent: no later than the server's charge
+        self.units = reply[0]
+        self.used = cost  # the request that took the lease spent its cost
+        fields = [reply[1 + 7 * i : 8 + 7 * i] for i in range(n)]
+        self.parts = [(f[1], f[2]) for f in fields]  # (remaining, reset_us) after the charge
+        self.marks = [f[6] for f in fields]
+        # A window's units all end with it: one deadline with the hold's. A bucket's unit
+        # i ends at start + i * step, each later than the one before.
+        self.ends = min([base + hold_us] + [base + f[4] for f in fields if f[5] == 0])
+        self.terms = [(base + f[4], f[5]) for f in fields if f[5] != 0]
+
+    @property
+    def unspent(self) -> int:
+        """Units granted and not spent."""
+        return self.units - self.used
+
+
+class Ledger:
+    """One limiter's leases, by key (used from one event loop)."""
+
+    def __init__(self, leasing: Leasing, policies: PolicySet) -> None:
+        check_leasable(policies)
+        self.leasing = leasing
+        self.policies = policies
+        self.hold_us = leasing.hold_us
+        self.held: dict[str, Held] = {}
+        self.pending: dict[str, asyncio.Future[None]] = {}  # lease calls in flight, by key
+        self.forks = _forks[0]
+
+    def _current(self) -> dict[str, Held]:
+        if self.forks != _forks[0]:  # forked since: the parent's leases are not ours
+            self.forks = _forks[0]
+            self.held = {}
+            self.pending = {}
+        return self.held
+
+    def spend(self, key: str, now: int, cost: int, peek: bool) -> Decision | None:
+        """The decision from ``key``'s lease if it covers ``cost`` now, else None."""
+        if self.forks != _forks[0]:
+            self._current()
+        held = self.held.get(key)
+        if held is None:
+            return None
+        # Covered if the units are there and the first to spend has not ended (units are
+        # spent in order; a bucket's end later one after another).
+        index = held.used
+        if index + cost > held.units or now > held.ends:
+            return None
+        for start, step in held.terms:
+            if now > start + index * step:
+                return None
+        if not peek:
+            held.used = index + cost
+        left = held.units - held.used  # a peek reports what remains before it, as decide
+        elapsed = now - held.base
+        parts = held.parts
+        if len(parts) == 1:
+            remaining, reset = parts[0]
+            reply: Sequence[int] = (1, 1, remaining + left, max(0, reset - elapsed), 0)
+            return decision_from_reply(reply, self.policies)
+        many = [1]
+        for remaining, reset in parts:
+            many += (1, remaining + left, max(0, reset - elapsed), 0)
+        return decision_from_reply(many, self.policies)
+
+    def take(self, key: str) -> Held | None:
+        """Remove ``key``'s lease (to return its unspent units), if it has any."""
+        held = self._current().pop(key, None)
+        return held if held is not None and held.unspent > 0 else None
+
+    def install(self, key: str, reply: list[int], sent: int, cost: int) -> Held | None:
+        """Keep the lease in ``reply`` for ``key``; returns a lease it replaced, to give back."""
+        held = Held(reply, len(self.policies), sent, cost, self.hold_us)
+        current = self._current()
+        old = current.get(key)
+        current[key] = held
+        return old if old is not None and old.unspent > 0 else None
+
+    def decision(self, reply: list[int], cost: int) -> Decision:
+        """The decision for the request that made the lease call."""
+        n = len(self.policies)
+        out = [1 if reply[0] else 0]
+        extra = reply[0] - cost if reply[0] else 0
+        for i in range(n):
+            ok, remaining, reset, retry = reply[1 + 7 * i : 5 + 7 * i]
+            out += (ok, remaining + extra, reset, retry)
+        return decision_from_reply(out, self.policies)
+
+    def expired(self, key: str, held: Held) -> Held | None:
+        """When ``held``'s hold time is up: remove it, and return it if units are left."""
+        if self._current().get(key) is not held:
+            return None
+        return self.take(key)
+
+    def everything(self) -> list[tuple[str, Held]]:
+        """Remove every lease that has unspent units."""
+        current = self._current()
+        items = [(k, h) for k, h in current.items() if h.unspent > 0]
+        current.clear()
+        return items
+
+
+def back_of(held: Held | None) -> tuple[int, list[Any]]:
+    """``(units, marks)`` to give back for ``held`` (nothing for None)."""
+    if held is None:
+        return 0, []
+    return held.unspent, held.marks
