@@ -6,7 +6,7 @@ from redis import exceptions as redis_errors
 
 from headway._errors import BackendUnavailable
 
-__all__ = ["UNAVAILABLE", "unavailable"]
+__all__ = ["UNAVAILABLE", "slot_moving", "unavailable"]
 
 #: Errors that mean "Redis is not answering", as opposed to a bug in a request.
 UNAVAILABLE: tuple[type[BaseException], ...] = (
@@ -25,3 +25,13 @@ def unavailable(exc: BaseException, timeout: float | None = None) -> BackendUnav
     return BackendUnavailable(
         f"Redis did not answer{within}: {type(exc).__name__}: {exc}", backend="redis"
     )
+
+
+def slot_moving(exc: BaseException) -> bool:
+    """Whether ``exc`` is a script refused because its slot is moving between Cluster
+    nodes (a resharding): the script stopped at a key that had already left, or was not
+    there yet. Its caller sees ``BackendUnavailable``, as for a lost reply: what ran
+    before the stop stays (scripts do not roll back), which the lock scripts allow for,
+    as for a call whose reply was lost.
+    """
+    return isinstance(exc, redis_errors.ResponseError) and "non local key" in str(exc)

@@ -17,7 +17,7 @@ from redis import asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from headway._clock import Clock
-from headway._redis.errors import UNAVAILABLE, unavailable
+from headway._redis.errors import UNAVAILABLE, slot_moving, unavailable
 from headway._redis.scripts import Script
 from headway._redis.wire import Wires, forget
 from headway.lock.backends.redis.cluster_waker import ClusterWaker
@@ -30,7 +30,6 @@ from headway.lock.backends.redis.keys import (
     leave_call,
     lock_keys,
     release_call,
-    slot_moving,
 )
 from headway.lock.backends.redis.riders import Riders
 from headway.lock.backends.redis.waker import Waker

@@ -15,8 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import ResponseError
-
 from headway._keys import tagged
 from headway._redis.scripts import Script
 from headway.lock.flow import PLACE_MS, Try
@@ -32,7 +30,6 @@ __all__ = [
     "leave_call",
     "lock_keys",
     "release_call",
-    "slot_moving",
     "text",
 ]
 
@@ -130,13 +127,3 @@ def leave_call(
 def text(value: Any) -> str:
     """A reply or pub/sub field as ``str`` (clients may return bytes)."""
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def slot_moving(exc: BaseException) -> bool:
-    """Whether ``exc`` is a script refused because its slot is moving between Cluster
-    nodes (a resharding): the script stopped at a key that had already left, or was not
-    there yet. Its caller sees ``BackendUnavailable``, as for a lost reply: what ran
-    before the stop stays (scripts do not roll back), which the lock scripts allow for,
-    as for a call whose reply was lost.
-    """
-    return isinstance(exc, ResponseError) and "non local key" in str(exc)

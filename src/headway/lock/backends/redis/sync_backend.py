@@ -17,7 +17,7 @@ from redis import cluster as redis_cluster
 
 from headway._clock import Clock
 from headway._errors import BackendUnavailable
-from headway._redis.errors import UNAVAILABLE, unavailable
+from headway._redis.errors import UNAVAILABLE, slot_moving, unavailable
 from headway._redis.sync_wire import SyncWire
 from headway.lock.backends.redis.cluster_waker import SyncClusterWaker
 from headway.lock.backends.redis.keys import (
@@ -29,7 +29,6 @@ from headway.lock.backends.redis.keys import (
     leave_call,
     lock_keys,
     release_call,
-    slot_moving,
 )
 from headway.lock.backends.redis.riders import Riders
 from headway.lock.backends.redis.sync_waker import SyncWaker
@@ -95,7 +94,7 @@ class SyncRedisLockBackend(SyncQueuedBackend):
         except UNAVAILABLE as exc:
             raise unavailable(exc, self.timeout) from exc
         except redis.ResponseError as exc:
-            if slot_moving(exc):  # a resharding: see ``keys.slot_moving``
+            if slot_moving(exc):  # a resharding: see ``_redis.errors.slot_moving``
                 raise unavailable(exc, self.timeout) from exc
             raise
 
