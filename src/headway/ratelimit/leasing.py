@@ -15,12 +15,11 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from headway.ratelimit.algorithms import PolicySet, algorithm_of
-from headway.ratelimit.decision import Decision, decision_from_reply
+from headway.ratelimit.decision import Decision, admitted, decision_from_reply
 from headway.ratelimit.lease_model import LEASED_KINDS
 from headway.ratelimit.policies import MAX_UNITS
 
@@ -119,6 +118,7 @@ class Ledger:
         self.held: dict[str, Held] = {}
         self.pending: dict[str, asyncio.Future[None]] = {}  # lease calls in flight, by key
         self.forks = _forks[0]
+        self.single = policies[0] if len(policies) == 1 else None
 
     def _current(self) -> dict[str, Held]:
         if self.forks != _forks[0]:  # forked since: the parent's leases are not ours
@@ -128,7 +128,7 @@ class Ledger:
         return self.held
 
     def spend(self, key: str, now: int, cost: int, peek: bool) -> Decision | None:
-        """The decision from ``key``'s lease if it covers ``cost`` now, else None."""
+        """The decision from ``key``'s lease if it covers ``cost`` at ``now`` (us), else None."""
         if self.forks != _forks[0]:
             self._current()
         held = self.held.get(key)
@@ -146,13 +146,12 @@ class Ledger:
             held.used = index + cost
         left = held.units - held.used  # a peek reports what remains before it, as decide
         elapsed = now - held.base
-        parts = held.parts
-        if len(parts) == 1:
-            remaining, reset = parts[0]
-            reply: Sequence[int] = (1, 1, remaining + left, max(0, reset - elapsed), 0)
-            return decision_from_reply(reply, self.policies)
+        if self.single is not None:  # the common case, one frame: see ``admitted``
+            remaining, reset = held.parts[0]
+            reset -= elapsed
+            return admitted(self.single, remaining + left, reset / 1e6 if reset > 0 else 0.0)
         many = [1]
-        for remaining, reset in parts:
+        for remaining, reset in held.parts:
             many += (1, remaining + left, max(0, reset - elapsed), 0)
         return decision_from_reply(many, self.policies)
 
