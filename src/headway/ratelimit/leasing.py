@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import threading
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -113,7 +114,7 @@ class Held:
 
 
 class Ledger:
-    """One limiter's leases, by key (used from one event loop)."""
+    """One limiter's leases, by key (used from one event loop, or by threads holding ``lock``)."""
 
     def __init__(self, leasing: Leasing, policies: PolicySet) -> None:
         check_leasable(policies)
@@ -123,12 +124,14 @@ class Ledger:
         self.held: dict[str, Held] = {}
         self.pending: dict[str, asyncio.Future[None]] = {}  # lease calls in flight, by key
         self.single = policies[0] if len(policies) == 1 else None
+        self.lock = threading.Lock()  # the sync limiter's threads: see ``sync_leasing``
         _LEDGERS.add(self)
 
     def forget(self) -> None:
         """Drop every lease without giving it back (a forked child's copies of its parent's)."""
         self.held = {}
         self.pending = {}
+        self.lock = threading.Lock()  # a thread of the parent may have held it at the fork
 
     def spend(self, key: str, now: int, cost: int, peek: bool) -> Decision | None:
         """The decision from ``key``'s lease if it covers ``cost`` at ``now`` (us), else None."""
