@@ -4,7 +4,8 @@
 
 One process, one key with a generous quota (every call admitted), ``--calls``
 sequential decisions per contender: headway with ``lease=Leasing()`` (the default
-chunk), headway's per-decision path (one script call each), and the peers users pick
+chunk), headway's per-decision path (one script call each), the same two for
+``SyncRateLimiter`` (a fixed window), and the peers users pick
 today, limits and throttled-py (their Redis storages). The benchmark starts its own
 throw-away ``redis-server`` (stopped by PID at the end); after ``CONFIG RESETSTAT`` it
 reads ``INFO commandstats``: the script calls (headway's round trips: it sends nothing
@@ -29,7 +30,15 @@ import redis
 from middleware_bench import delayed
 from tests.servers import private_redis
 
-from headway import FixedWindow, Leasing, RateLimiter, RedisRateLimitBackend, TokenBucket
+from headway import (
+    FixedWindow,
+    Leasing,
+    RateLimiter,
+    RedisRateLimitBackend,
+    SyncRateLimiter,
+    SyncRedisRateLimitBackend,
+    TokenBucket,
+)
 from headway.ratelimit.policies import Policy
 
 HIGH = 10**7  # per minute: never reached here
@@ -57,6 +66,24 @@ def _headway(policy: Callable[[], Policy], lease: Leasing | None) -> Factory:
             await limiter.return_leases()
             await backend.aclose()
             await backend.client.aclose()
+
+        return decide, close
+
+    return factory
+
+
+def _headway_sync(lease: Leasing | None) -> Factory:
+    def factory(url: str) -> tuple[Decide, Callable[[], Awaitable[None]]]:
+        backend = SyncRedisRateLimitBackend.from_url(url)
+        limiter = SyncRateLimiter(_fixed(), backend=backend, lease=lease)
+
+        async def decide(key: str) -> bool:
+            return limiter.hit(key).allowed
+
+        async def close() -> None:
+            limiter.return_leases()
+            backend.close()
+            backend.client.close()
 
         return decide, close
 
@@ -97,6 +124,8 @@ CONTENDERS: dict[str, Factory] = {
     "headway TokenBucket, leased": _headway(_bucket, Leasing()),
     "headway FixedWindow, per decision": _headway(_fixed, None),
     "headway TokenBucket, per decision": _headway(_bucket, None),
+    "headway FixedWindow, leased (sync)": _headway_sync(Leasing()),
+    "headway FixedWindow, per decision (sync)": _headway_sync(None),
     "limits fixed-window (sync)": _limits,
     "throttled-py token_bucket (sync)": _throttled,
 }
@@ -104,6 +133,7 @@ CONTENDERS: dict[str, Factory] = {
 LEASED = {
     "headway FixedWindow, leased": "headway FixedWindow, per decision",
     "headway TokenBucket, leased": "headway TokenBucket, per decision",
+    "headway FixedWindow, leased (sync)": "headway FixedWindow, per decision (sync)",
 }
 
 

@@ -7,7 +7,8 @@ every process starts together. ``hammer``: TASKS tasks hit the key for SECONDS
 (each pausing POLICY_JSON's ``pace`` seconds between hits); it prints the realtime
 interval (us) around each admission, as JSON. ``idle``: one hit, then it waits for
 its lease to go back (the hold timer) and prints its count. ``solo``: one hit, then,
-on a second ``go``, hits until refused.
+on a second ``go``, hits until refused. ``sync``: as ``hammer``, with a
+``SyncRateLimiter`` and TASKS threads.
 """
 
 from __future__ import annotations
@@ -15,9 +16,16 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import threading
 import time
 
-from headway import Leasing, RateLimiter, RedisRateLimitBackend
+from headway import (
+    Leasing,
+    RateLimiter,
+    RedisRateLimitBackend,
+    SyncRateLimiter,
+    SyncRedisRateLimitBackend,
+)
 from headway.ratelimit.algorithms import ALGORITHMS
 
 
@@ -91,5 +99,44 @@ async def main(mode: str, url: str, key: str, spec: str, seconds: str, tasks: st
     print(json.dumps({"admitted": count, "held": 0}), flush=True)
 
 
+def sync_main(url: str, key: str, spec: str, seconds: str, tasks: str) -> None:
+    chunk, share = int(sys.argv[7]), float(sys.argv[8])
+    described = json.loads(spec)
+    policy_class = next(a.policy for a in ALGORITHMS if a.policy.name == described["name"])
+    backend = SyncRedisRateLimitBackend.from_url(url, timeout=10.0)  # a loaded machine
+    limiter = SyncRateLimiter(
+        policy_class(*described["args"]),
+        backend=backend,
+        cache_blocked=True,
+        lease=Leasing(chunk=chunk, share=share, hold=0.1),
+    )
+    limiter.peek(f"{key}-warm")  # connected, script loaded
+    print("ready", flush=True)
+    sys.stdin.readline()
+    admitted: list[list[int]] = []
+    deadline = time.monotonic() + float(seconds)
+
+    def thread() -> None:
+        while time.monotonic() < deadline:
+            before = _now_us()
+            decision = limiter.hit(key)
+            after = _now_us()
+            if decision.allowed:
+                assert not decision.failed
+                admitted.append([before, after])  # list.append: atomic under threads
+            time.sleep(float(described["pace"]))
+
+    threads = [threading.Thread(target=thread) for _ in range(int(tasks))]
+    for each in threads:
+        each.start()
+    for each in threads:
+        each.join()
+    limiter.return_leases()
+    print(json.dumps({"admitted": admitted}), flush=True)
+
+
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:7]))
+    if sys.argv[1] == "sync":
+        sync_main(*sys.argv[2:7])
+    else:
+        asyncio.run(main(*sys.argv[1:7]))

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from headway import Decision, PolicyDecision, Source
+from headway import Decision, FixedWindow, PolicyDecision, Source
 from headway.ratelimit.algorithms import PolicySet
-from headway.ratelimit.decision import decision_from_reply
+from headway.ratelimit.decision import admitted, decision_from_reply
 from headway.ratelimit.policies import Policy
 from tests.ratelimit.strategies import policy_sets
 
@@ -52,3 +55,27 @@ def test_a_reply_decides_as_documented(policies: list[Policy], data: st.DataObje
     assert decision_from_reply(reply, chosen) == expected
     assert expected.allowed is (allowed == 1)
     assert expected.retry_after == 0.0 or not expected.allowed
+
+
+@given(policy_sets, st.integers(0, 10**9), st.integers(0, 10**12))
+def test_a_leased_admission_is_the_documented_decision(
+    policies: list[Policy], remaining: int, reset_us: int
+) -> None:
+    policy = policies[0]
+    fast = admitted(policy, remaining, reset_us / 1e6)
+    plain = built_plainly([1, 1, remaining, reset_us, 0], PolicySet([policy]))
+    assert fast == plain
+    assert type(fast) is Decision
+    assert type(fast.policies[0]) is PolicyDecision
+    assert repr(fast) == repr(plain)
+    assert hash(fast) == hash(plain)
+
+
+def test_fast_built_decisions_stay_frozen() -> None:
+    policy = PolicySet([FixedWindow(10, 1.0)])[0]
+    built = (admitted(policy, 3, 0.5), decision_from_reply([1, 1, 3, 500_000, 0], [policy]))
+    for decision in built:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            decision.remaining = 4  # type: ignore[misc]
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            decision.policies[0].remaining = 4  # type: ignore[misc]

@@ -1,4 +1,4 @@
-"""Leased quota under real concurrency: 4 OS processes x 8 tasks on one hot key, counted.
+"""Leased quota under real concurrency: 4 OS processes x 8 tasks (or threads) on one key, counted.
 
 Demand is four times the rate, spread over time. Every admission is recorded as the
 realtime interval (the clock Redis's TIME reads on this machine) around its ``hit``, which holds the
@@ -139,6 +139,21 @@ async def test_processes_never_admit_more_than_the_algorithm_allows(
         check_fixed_window(admitted, limit, param_us)
     elif algorithm == "sliding_counter":
         check_sliding_counter(admitted, limit, param_us)
+    else:
+        check_bucket(admitted, limit, param_us)
+        assert len(admitted) >= limit  # the demand really was above the rate
+
+
+@pytest.mark.parametrize("algorithm", ["fixed_window", "token_bucket"])
+async def test_processes_of_threads_never_admit_more_than_the_algorithm_allows(
+    redis_url: str, algorithm: str
+) -> None:
+    # SyncRateLimiter: 4 processes x 8 threads, each process's threads sharing one limiter.
+    spec, param_us = CASES[algorithm]
+    admitted = _intervals(await _run(redis_url, ["sync"] * PROCESSES, spec))
+    limit = spec["args"][0]  # type: ignore[index]
+    if algorithm == "fixed_window":
+        check_fixed_window(admitted, limit, param_us)
     else:
         check_bucket(admitted, limit, param_us)
         assert len(admitted) >= limit  # the demand really was above the rate

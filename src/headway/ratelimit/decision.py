@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from headway.ratelimit.policies import Policy
@@ -13,6 +13,7 @@ __all__ = [
     "Decision",
     "PolicyDecision",
     "Source",
+    "admitted",
     "decision_from_reply",
     "fallback",
 ]
@@ -77,38 +78,66 @@ class Decision:
 
 
 # A decision is built per request. The ``__init__`` of a frozen dataclass sets each
-# field through ``object.__setattr__``, about three times what setting the slot through
-# its descriptor costs, so ``decision_from_reply`` builds its values with the two functions
-# below: the same objects (equal, hashable, immutable), made at a third of the cost.
-_new = object.__new__
+# field through ``object.__setattr__``, several times what a plain slot store costs.
+# So the values are built as instances of a writable class with the very same slots,
+# whose ``__class__`` is then set to the frozen one (Python allows it between classes
+# of the same layout): the same objects (equal, hashable, immutable once made) at about
+# a third of the cost (1.1 µs -> 0.4 µs for a one-policy decision; docs/decisions.md).
+_P_FIELDS = ("policy", "allowed", "remaining", "reset_after", "retry_after")
+_D_FIELDS = (
+    "allowed", "limit", "remaining", "reset_after", "retry_after", "policy", "source", "policies"
+)  # fmt: skip
 
 
-def _setters(cls: type, names: tuple[str, ...]) -> list[Callable[[object, object], None]]:
-    if tuple(f.name for f in dataclasses.fields(cls)) != names:
+def _same_layout(cls: type, names: tuple[str, ...]) -> None:
+    if (
+        tuple(f.name for f in dataclasses.fields(cls)) != names
+        or getattr(cls, "__slots__", ()) != names
+    ):
         raise RuntimeError(f"{cls.__name__}'s fields changed: update its fast constructor")
-    return [cls.__dict__[name].__set__ for name in names]
 
 
-_P_POLICY, _P_ALLOWED, _P_REMAINING, _P_RESET, _P_RETRY = _setters(
-    PolicyDecision, ("policy", "allowed", "remaining", "reset_after", "retry_after")
-)
-_D_ALLOWED, _D_LIMIT, _D_REMAINING, _D_RESET, _D_RETRY, _D_POLICY, _D_SOURCE, _D_PARTS = _setters(
-    Decision,
-    ("allowed", "limit", "remaining", "reset_after", "retry_after", "policy", "source", "policies"),
-)
+_same_layout(PolicyDecision, _P_FIELDS)
+_same_layout(Decision, _D_FIELDS)
+
+
+class _OpenPolicyDecision:
+    """``PolicyDecision``'s slots, writable: built, then turned into a ``PolicyDecision``."""
+
+    __slots__ = _P_FIELDS
+    policy: Policy
+    allowed: bool
+    remaining: int
+    reset_after: float
+    retry_after: float
+
+
+class _OpenDecision:
+    """``Decision``'s slots, writable: built, then turned into a ``Decision``."""
+
+    __slots__ = _D_FIELDS
+    allowed: bool
+    limit: int
+    remaining: int
+    reset_after: float
+    retry_after: float
+    policy: Policy
+    source: Source
+    policies: tuple[PolicyDecision, ...]
 
 
 def _part(
     policy: Policy, allowed: bool, remaining: int, reset_after: float, retry_after: float
 ) -> PolicyDecision:
     """``PolicyDecision(...)``, fast (see above)."""
-    part = _new(PolicyDecision)
-    _P_POLICY(part, policy)
-    _P_ALLOWED(part, allowed)
-    _P_REMAINING(part, remaining)
-    _P_RESET(part, reset_after)
-    _P_RETRY(part, retry_after)
-    return part
+    part = _OpenPolicyDecision()
+    part.policy = policy
+    part.allowed = allowed
+    part.remaining = remaining
+    part.reset_after = reset_after
+    part.retry_after = retry_after
+    part.__class__ = PolicyDecision  # type: ignore[assignment]
+    return part  # type: ignore[return-value]
 
 
 def _decision(
@@ -121,16 +150,43 @@ def _decision(
     parts: tuple[PolicyDecision, ...],
 ) -> Decision:
     """``Decision(..., Source.BACKEND, parts)``, fast (see above)."""
-    decision = _new(Decision)
-    _D_ALLOWED(decision, allowed)
-    _D_LIMIT(decision, limit)
-    _D_REMAINING(decision, remaining)
-    _D_RESET(decision, reset_after)
-    _D_RETRY(decision, retry_after)
-    _D_POLICY(decision, policy)
-    _D_SOURCE(decision, _BACKEND)
-    _D_PARTS(decision, parts)
-    return decision
+    decision = _OpenDecision()
+    decision.allowed = allowed
+    decision.limit = limit
+    decision.remaining = remaining
+    decision.reset_after = reset_after
+    decision.retry_after = retry_after
+    decision.policy = policy
+    decision.source = _BACKEND
+    decision.policies = parts
+    decision.__class__ = Decision  # type: ignore[assignment]
+    return decision  # type: ignore[return-value]
+
+
+def admitted(policy: Policy, remaining: int, reset_after: float) -> Decision:
+    """One policy's admitting decision from the backend, fast: a leased decision's value.
+
+    Equal to ``decision_from_reply((1, 1, remaining, reset_us, 0), (policy,))``, built in
+    one frame (the leased hot path builds one per decision).
+    """
+    part = _OpenPolicyDecision()
+    part.policy = policy
+    part.allowed = True
+    part.remaining = remaining
+    part.reset_after = reset_after
+    part.retry_after = 0.0
+    part.__class__ = PolicyDecision  # type: ignore[assignment]
+    decision = _OpenDecision()
+    decision.allowed = True
+    decision.limit = policy.limit
+    decision.remaining = remaining
+    decision.reset_after = reset_after
+    decision.retry_after = 0.0
+    decision.policy = policy
+    decision.source = _BACKEND
+    decision.policies = (part,)  # type: ignore[assignment]
+    decision.__class__ = Decision  # type: ignore[assignment]
+    return decision  # type: ignore[return-value]
 
 
 def _one(

@@ -15,23 +15,25 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-from collections.abc import Sequence
+import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
 from headway.ratelimit.algorithms import PolicySet, algorithm_of
-from headway.ratelimit.decision import Decision, decision_from_reply
+from headway.ratelimit.decision import Decision, admitted, decision_from_reply
 from headway.ratelimit.lease_model import LEASED_KINDS
 from headway.ratelimit.policies import MAX_UNITS
 
 __all__ = ["Held", "Leasing", "Ledger", "check_leasable"]
 
-# Counts forks: a ledger made before the last fork (in the parent) drops its leases.
-_forks = [0]
+# Every ledger of this process: a forked child empties its copies (the parent's leases).
+_LEDGERS: weakref.WeakSet[Ledger] = weakref.WeakSet()
 
 
 def _forked() -> None:
-    _forks[0] += 1
+    for ledger in list(_LEDGERS):
+        ledger.forget()
 
 
 if hasattr(os, "register_at_fork"):
@@ -88,7 +90,7 @@ def check_leasable(policies: PolicySet) -> None:
 class Held:
     """One lease on one key: what it granted, what was spent, until when units last."""
 
-    __slots__ = ("base", "ends", "marks", "parts", "terms", "units", "used")
+    __slots__ = ("base", "ends", "marks", "parts", "reset_at", "terms", "top", "units", "used")
 
     def __init__(self, reply: list[int], n: int, base: int, cost: int, hold_us: int) -> None:
         self.base = base  # local us when the call was sent: no later than the server's charge
@@ -101,6 +103,9 @@ class Held:
         # i ends at start + i * step, each later than the one before.
         self.ends = min([base + hold_us] + [base + f[4] for f in fields if f[5] == 0])
         self.terms = [(base + f[4], f[5]) for f in fields if f[5] != 0]
+        # One policy's numbers, ready: remaining = top - used, reset after reset_at - now.
+        self.top = self.parts[0][0] + self.units
+        self.reset_at = base + self.parts[0][1]
 
     @property
     def unspent(self) -> int:
@@ -109,7 +114,7 @@ class Held:
 
 
 class Ledger:
-    """One limiter's leases, by key (used from one event loop)."""
+    """One limiter's leases, by key (used from one event loop, or by threads holding ``lock``)."""
 
     def __init__(self, leasing: Leasing, policies: PolicySet) -> None:
         check_leasable(policies)
@@ -118,53 +123,54 @@ class Ledger:
         self.hold_us = leasing.hold_us
         self.held: dict[str, Held] = {}
         self.pending: dict[str, asyncio.Future[None]] = {}  # lease calls in flight, by key
-        self.forks = _forks[0]
+        self.single = policies[0] if len(policies) == 1 else None
+        self.lock = threading.Lock()  # the sync limiter's threads: see ``sync_leasing``
+        _LEDGERS.add(self)
 
-    def _current(self) -> dict[str, Held]:
-        if self.forks != _forks[0]:  # forked since: the parent's leases are not ours
-            self.forks = _forks[0]
-            self.held = {}
-            self.pending = {}
-        return self.held
+    def forget(self) -> None:
+        """Drop every lease without giving it back (a forked child's copies of its parent's)."""
+        self.held = {}
+        self.pending = {}
+        self.lock = threading.Lock()  # a thread of the parent may have held it at the fork
 
     def spend(self, key: str, now: int, cost: int, peek: bool) -> Decision | None:
-        """The decision from ``key``'s lease if it covers ``cost`` now, else None."""
-        if self.forks != _forks[0]:
-            self._current()
+        """The decision from ``key``'s lease if it covers ``cost`` at ``now`` (us), else None."""
         held = self.held.get(key)
         if held is None:
             return None
         # Covered if the units are there and the first to spend has not ended (units are
         # spent in order; a bucket's end later one after another).
         index = held.used
-        if index + cost > held.units or now > held.ends:
+        used = index + cost
+        if used > held.units or now > held.ends:
             return None
-        for start, step in held.terms:
-            if now > start + index * step:
-                return None
-        if not peek:
-            held.used = index + cost
-        left = held.units - held.used  # a peek reports what remains before it, as decide
+        if held.terms:
+            for start, step in held.terms:
+                if now > start + index * step:
+                    return None
+        if peek:
+            used = index  # a peek reports what remains before it, as decide
+        else:
+            held.used = used
+        if self.single is not None:  # the common case, one frame: see ``admitted``
+            reset = held.reset_at - now
+            return admitted(self.single, held.top - used, reset / 1e6 if reset > 0 else 0.0)
+        left = held.units - used
         elapsed = now - held.base
-        parts = held.parts
-        if len(parts) == 1:
-            remaining, reset = parts[0]
-            reply: Sequence[int] = (1, 1, remaining + left, max(0, reset - elapsed), 0)
-            return decision_from_reply(reply, self.policies)
         many = [1]
-        for remaining, reset in parts:
+        for remaining, reset in held.parts:
             many += (1, remaining + left, max(0, reset - elapsed), 0)
         return decision_from_reply(many, self.policies)
 
     def take(self, key: str) -> Held | None:
         """Remove ``key``'s lease (to return its unspent units), if it has any."""
-        held = self._current().pop(key, None)
+        held = self.held.pop(key, None)
         return held if held is not None and held.unspent > 0 else None
 
     def install(self, key: str, reply: list[int], sent: int, cost: int) -> Held | None:
         """Keep the lease in ``reply`` for ``key``; returns a lease it replaced, to give back."""
         held = Held(reply, len(self.policies), sent, cost, self.hold_us)
-        current = self._current()
+        current = self.held
         old = current.get(key)
         current[key] = held
         return old if old is not None and old.unspent > 0 else None
@@ -181,13 +187,13 @@ class Ledger:
 
     def expired(self, key: str, held: Held) -> Held | None:
         """When ``held``'s hold time is up: remove it, and return it if units are left."""
-        if self._current().get(key) is not held:
+        if self.held.get(key) is not held:
             return None
         return self.take(key)
 
     def everything(self) -> list[tuple[str, Held]]:
         """Remove every lease that has unspent units."""
-        current = self._current()
+        current = self.held
         items = [(k, h) for k, h in current.items() if h.unspent > 0]
         current.clear()
         return items

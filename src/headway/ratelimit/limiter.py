@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from headway._clock import Clock, MonotonicClock
@@ -19,6 +19,7 @@ from headway.ratelimit.arguments import check_cost, check_policies, check_second
 from headway.ratelimit.backends.contract import (
     LeasingBackend,
     RateLimitBackend,
+    SyncLeasingBackend,
     SyncRateLimitBackend,
 )
 from headway.ratelimit.backends.memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
@@ -27,8 +28,20 @@ from headway.ratelimit.budget import Budget
 from headway.ratelimit.decision import Decision, fallback
 from headway.ratelimit.leasing import Held, Leasing, Ledger, back_of
 from headway.ratelimit.policies import Policy
+from headway.ratelimit.sync_leasing import SyncLeases
 
 __all__ = ["RateLimiter", "SyncRateLimiter"]
+
+
+def nanoseconds(clock: Clock) -> Callable[[], int]:
+    """``clock`` in integer nanoseconds: ``time.monotonic_ns`` itself for the default clock.
+
+    A leased decision reads the clock once; the C function saves a Python frame (and
+    the float arithmetic) on the hot path.
+    """
+    if type(clock) is MonotonicClock:
+        return time.monotonic_ns
+    return lambda: round(clock() * 1e9)
 
 
 def _pause(decision: Decision, deadline: float, now: float) -> float | None:
@@ -107,12 +120,13 @@ class RateLimiter(_Shell):
                 raise TypeError(f"backend {self.backend!r} cannot lease quota")
             self._ledger = Ledger(lease, self.policies)
         self._returns: set[asyncio.Task[None]] = set()
+        self._ns = nanoseconds(self.clock)
 
     async def _decide(self, key: str, cost: int, peek: bool) -> Decision:
         if (cached := self._cached(key, cost)) is not None:
             return cached
         if (ledger := self._ledger) is not None:
-            if (local := ledger.spend(key, round(self.clock() * 1e6), cost, peek)) is not None:
+            if (local := ledger.spend(key, self._ns() // 1000, cost, peek)) is not None:
                 return local  # the hot path: no I/O, no coroutine below this one
             return await self._leased(ledger, key, cost, peek)
         sent = 0.0 if self.cache is None else self.clock()
@@ -140,7 +154,7 @@ class RateLimiter(_Shell):
         return decision
 
     def _now_us(self) -> int:
-        return round(self.clock() * 1_000_000)
+        return self._ns() // 1000
 
     async def _leased(self, ledger: Ledger, key: str, cost: int, peek: bool) -> Decision:
         """Decide when ``key``'s lease cannot: take a new one (one backend call)."""
@@ -156,7 +170,7 @@ class RateLimiter(_Shell):
         back = back_of(ledger.take(key))  # a lease spent or ended: return what is left
         mine = asyncio.get_running_loop().create_future()
         ledger.pending.setdefault(key, mine)  # others wait for the first call in flight
-        sent = self.clock()
+        sent = self._now_us()
         backend: LeasingBackend = self.backend  # type: ignore[assignment]
         try:
             reply = await self._budget.run(
@@ -171,10 +185,10 @@ class RateLimiter(_Shell):
                 del ledger.pending[key]
         decision = ledger.decision(reply, cost)
         if reply[0]:
-            installed = ledger.install(key, reply, round(sent * 1e6), cost)
+            installed = ledger.install(key, reply, sent, cost)
             self._expire_later(key, installed, ledger)
         elif self.cache is not None:
-            self.cache.put(key, cost, decision, sent)
+            self.cache.put(key, cost, decision, sent / 1e6)
         return decision
 
     async def _unleased(self, key: str, cost: int, peek: bool) -> Decision:
@@ -222,7 +236,7 @@ class RateLimiter(_Shell):
         ledger = self._ledger
         if ledger is not None and type(key) is str and type(cost) is int and cost > 0:
             # The leased hot path, one coroutine frame: a lease covers only valid costs.
-            local = ledger.spend(key, round(self.clock() * 1e6), cost, False)
+            local = ledger.spend(key, self._ns() // 1000, cost, False)
             if local is not None:
                 return local
         return await self._decide(key, cost, peek=False)
@@ -256,6 +270,10 @@ class RateLimiter(_Shell):
 class SyncRateLimiter(_Shell):
     """The synchronous ``RateLimiter``: the same calls, for code without an event loop.
 
+    Safe to share between threads. ``lease`` works as in ``RateLimiter``, except that
+    a lease whose hold ended goes back with the next lease call rather than on a timer
+    (``ratelimit/sync_leasing.py``).
+
     The latency budget is enforced by the backend's client (its socket timeout,
     see ``SyncRedisRateLimitBackend.from_url``); failures within it give the
     failure-mode decision as in ``RateLimiter``.
@@ -268,32 +286,61 @@ class SyncRateLimiter(_Shell):
         retry_on_error: float = 1.0,
         cache_blocked: bool | int = False,
         clock: Clock | None = None,
+        lease: Leasing | None = None,
     ) -> None:
         super().__init__(policies, 0.0, retry_on_error, cache_blocked, clock)
         self.backend: SyncRateLimitBackend = backend or SyncMemoryRateLimitBackend()
+        self.lease = lease
+        self._leases: SyncLeases | None = None
+        if lease is not None:
+            if not callable(getattr(self.backend, "lease", None)):
+                raise TypeError(f"backend {self.backend!r} cannot lease quota")
+            leasing: SyncLeasingBackend = self.backend  # type: ignore[assignment]
+            self._leases = SyncLeases(lease, self.policies, leasing, nanoseconds(self.clock))
 
     def _decide(self, key: str, cost: int, peek: bool) -> Decision:
         if (cached := self._cached(key, cost)) is not None:
             return cached
         sent = self.clock()
         try:
-            decision = self.backend.decide(key, self.policies, cost, peek)
+            if (leases := self._leases) is not None:
+                local = leases.spend(key, cost, peek)
+                decision = local if local is not None else leases.decide(key, cost, peek)
+            else:
+                decision = self.backend.decide(key, self.policies, cost, peek)
         except BackendUnavailable:
             return self._failed()
         return self._remember(key, cost, decision, sent)
 
     def hit(self, key: str, cost: int = 1) -> Decision:
         """Charge ``cost`` units to ``key`` if every policy admits them."""
+        leases = self._leases
+        # The leased hot path: a lease covers only valid costs.
+        if (
+            leases is not None
+            and type(key) is str
+            and type(cost) is int
+            and cost > 0
+            and (local := leases.spend(key, cost, False)) is not None
+        ):
+            return local
         return self._decide(key, cost, peek=False)
 
     def peek(self, key: str, cost: int = 1) -> Decision:
         """The decision ``hit`` would make, without charging anything."""
         return self._decide(key, cost, peek=True)
 
+    def return_leases(self) -> None:
+        """Give every lease's unspent units back now (see ``RateLimiter.return_leases``)."""
+        if self._leases is not None:
+            self._leases.return_all()
+
     def reset(self, key: str) -> None:
         """Forget ``key``'s usage under every policy."""
         if self.cache is not None:
             self.cache.forget(key)
+        if self._leases is not None:  # its units were charged to the state forgotten
+            self._leases.forget(key)
         self.backend.reset(key, self.policies)
 
     def wait(self, key: str, cost: int = 1, *, timeout: float = 10.0) -> Decision:

@@ -27,6 +27,7 @@ __all__ = [
     "LeasingBackend",
     "RateLimitBackend",
     "SyncConcurrencyBackend",
+    "SyncLeasingBackend",
     "SyncRateLimitBackend",
     "decide_call",
     "lease_call",
@@ -122,6 +123,23 @@ class SyncRateLimitBackend(Protocol):
 
     def reset(self, key: str, policies: Sequence[Policy]) -> None:
         """As ``RateLimitBackend.reset``, blocking."""
+
+
+class SyncLeasingBackend(SyncRateLimitBackend, Protocol):
+    """A sync backend that can lease quota (``SyncRateLimiter(lease=Leasing(...))``)."""
+
+    def lease(
+        self,
+        key: str,
+        policies: PolicySet,
+        cost: int,
+        leasing: Leasing,
+        back: tuple[int, Sequence[int]] = (0, ()),
+        *,
+        now_us: int | None = None,
+    ) -> list[int]:
+        """As ``LeasingBackend.lease``, blocking."""
+        ...
 
 
 class ConcurrencyBackend(Protocol):

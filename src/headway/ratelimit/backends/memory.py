@@ -236,6 +236,19 @@ class SyncMemoryRateLimitBackend:
         """Forget ``key``."""
         self._store.reset(key, policies)
 
+    def lease(
+        self,
+        key: str,
+        policies: PolicySet,
+        cost: int,
+        leasing: Leasing,
+        back: tuple[int, Sequence[int]] = (0, ()),
+        *,
+        now_us: int | None = None,
+    ) -> list[int]:
+        """Lease quota (see ``LeasingBackend.lease``): ``lease_model`` over the dict."""
+        return self._store.lease(key, policies, cost, leasing, back, now_us)
+
     def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
         """Take a concurrency slot (see ``ConcurrencyBackend``)."""
         return self._store.acquire_slot(key, policy, token)

@@ -299,6 +299,24 @@ class SyncRedisRateLimitBackend:
             raise unavailable(exc) from exc
         return decision_from_reply(reply, policies)
 
+    def lease(
+        self,
+        key: str,
+        policies: PolicySet,
+        cost: int,
+        leasing: Leasing,
+        back: tuple[int, Sequence[int]] = (0, ()),
+        *,
+        now_us: int | None = None,
+    ) -> list[int]:
+        """Lease quota (see ``LeasingBackend.lease``): one EVALSHA of ``ratelimit/lease.lua``."""
+        keys, args = lease_call(key, policies, cost, leasing, back, now_us)
+        try:
+            reply = self._wire.call(lease_script(policies), keys, args)
+        except UNAVAILABLE as exc:
+            raise unavailable(exc) from exc
+        return list(reply)
+
     def reset(self, key: str, policies: Sequence[Policy]) -> None:
         """Delete every policy's state for ``key``."""
         try:
