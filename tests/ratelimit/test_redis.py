@@ -81,6 +81,22 @@ async def test_every_key_written_has_a_ttl(redis_client: aioredis.Redis) -> None
         assert 0 < await redis_client.pttl(key) <= bounds[policy.tag], key
 
 
+@pytest.mark.parametrize("policy", [TokenBucket(10, 1, 1.0), LeakyBucket(10, 1, 1.0)], ids=str)
+async def test_a_buckets_ttl_is_kept_while_it_covers_the_state(
+    redis_client: aioredis.Redis, policy: Policy
+) -> None:
+    """A bucket's key gets the time to refill from empty (10 s), kept while it covers the state."""
+    limiter = RateLimiter(policy, backend=RedisRateLimitBackend(redis_client))
+    (key,) = state_keys("keep", [policy])
+    assert (await limiter.hit("keep")).allowed
+    assert 9000 < await redis_client.pttl(key) <= 10_000
+    await redis_client.pexpire(key, 5000)  # as if set 5 s ago
+    assert (await limiter.hit("keep")).allowed  # the state matters ~2 s: the TTL covers it
+    assert 4000 < await redis_client.pttl(key) <= 5000
+    assert (await limiter.hit("keep", cost=5)).allowed  # ~7 s: it does not, set again
+    assert 9000 < await redis_client.pttl(key) <= 10_000
+
+
 async def test_several_policies_cost_one_read_and_one_write(own_client: aioredis.Redis) -> None:
     strings = [p for p in POLICIES if not isinstance(p, SlidingLog)]
     backend = RedisRateLimitBackend(own_client)

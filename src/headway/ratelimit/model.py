@@ -38,7 +38,7 @@ class AlgorithmResult:
     reset_after: int
     retry: int
     state: Any  # written on charge
-    ttl_us: int  # how long the written state matters
+    ttl_us: int  # the TTL its key gets: at least as long as the written state matters
 
 
 def token_bucket(state: int | None, now: int, cost: int, a: int, b: int) -> AlgorithmResult:
@@ -50,9 +50,9 @@ def token_bucket(state: int | None, now: int, cost: int, a: int, b: int) -> Algo
     remaining = (tau - (tat - now)) // a
     after = (tau - (new_tat - now)) // a if ok else remaining
     retry = 0 if ok else new_tat - tau - now
-    return AlgorithmResult(
-        ok, remaining, after, tat - now, new_tat - now, retry, new_tat, new_tat - now
-    )
+    # The key lives as long as any state can matter (a refill from empty): a Redis key
+    # keeps that TTL while it covers the state, and a key that outlives it reads as full.
+    return AlgorithmResult(ok, remaining, after, tat - now, new_tat - now, retry, new_tat, tau)
 
 
 def leaky_bucket(
@@ -67,9 +67,8 @@ def leaky_bucket(
     remaining = (full - level) // a
     after = (full - new_level) // a if ok else remaining
     retry = 0 if ok else new_level - full
-    return AlgorithmResult(
-        ok, remaining, after, level, new_level, retry, (new_level, now), new_level
-    )
+    # As the token bucket: the key lives as long as a full bucket takes to leak.
+    return AlgorithmResult(ok, remaining, after, level, new_level, retry, (new_level, now), full)
 
 
 def fixed_window(

@@ -33,8 +33,11 @@ local ok, remaining, reset, retry, remaining_after, reset_after, x, y, z =
   algorithm.check(state, key, now, cost, a, b, charging)
 if not ok then return {0, 0, remaining, reset, retry} end
 if not charging then return {1, 1, remaining, reset, 0} end
-local value, ttl_us, kept = algorithm.commit(key, now, cost, a, b, x, y, z, grace_ms)
-if kept then
+local value, ttl_us, keep = algorithm.commit(key, now, cost, a, b, x, y, z, grace_ms)
+-- A bucket's key lasts as long as its state could ever matter, so it is kept while its
+-- PTTL covers the new state (1 ms to spare for the rounding of both): a PTTL costs the
+-- server about a quarter of what setting the TTL again does.
+if keep and (keep == true or redis.call('PTTL', key) > ttl_ms(keep, grace_ms)) then
   -- Its TTL reaches where this state stops mattering already: SET with PX costs the
   -- server about twice a SET that keeps it.
   redis.call('SET', key, value, 'KEEPTTL')
