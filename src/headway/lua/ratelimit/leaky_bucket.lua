@@ -21,7 +21,7 @@ function leaky_bucket.check(state, key, now, cost, a, b)
   local level, stamp = 0, now
   if state then
     local l, t = string.match(state, '^(%d+):(%d+)$')
-    level, stamp = tonumber(l), tonumber(t)
+    level, stamp = l + 0, t + 0
   end
   local elapsed = now - stamp
   if elapsed < 0 then elapsed = 0 end

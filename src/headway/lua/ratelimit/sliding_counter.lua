@@ -34,11 +34,11 @@ function sliding_counter.check(state, key, now, cost, a, b)
   local c, p = 0, 0
   if state then
     local sw, sc, sp = string.match(state, '^(%d+):(%d+):(%d+)$')
-    local w = tonumber(sw)
+    local w = sw + 0
     if w == index then
-      c, p = tonumber(sc), tonumber(sp)
+      c, p = sc + 0, sp + 0
     elseif w == index - 1 then
-      p = tonumber(sc)
+      p = sc + 0
     end
   end
   local weighted = p * (a - e)

@@ -17,7 +17,7 @@ local sliding_log = { check = nil, commit = nil }
 
 local function charged_at(members)
   local member = members[1]
-  return tonumber(string.sub(member, 1, string.find(member, ':', 1, true) - 1))
+  return string.sub(member, 1, string.find(member, ':', 1, true) - 1) + 0
 end
 
 function sliding_log.check(_, key, now, cost, a, b, charging)

@@ -17,7 +17,7 @@ local token_bucket = { string_state = true, check = nil, commit = nil }
 
 function token_bucket.check(state, key, now, cost, a, b)
   local tau = a * b
-  local tat = tonumber(state) or now
+  local tat = state and state + 0 or now
   if tat < now then tat = now end
   local new_tat = tat + cost * a
   local remaining = idiv(tau - (tat - now), a)
