@@ -41,8 +41,7 @@ local value, ttl_us, keep = algorithm.commit(key, now, cost, a, b, x, y, z, grac
 if keep and (keep == true or redis.call('PTTL', key) > ttl_ms(keep, grace_ms)) then
   -- Its TTL reaches where this state stops mattering already: SET with PX costs the
   -- server about twice a SET that keeps it.
-  -- XX: the key was read, so it exists; it spares SET a second lookup of the key.
-  redis.call('SET', key, value, 'XX', 'KEEPTTL')
+  redis.call('SET', key, value, 'KEEPTTL')
 elseif value then
   redis.call('SET', key, value, 'PX', ttl_ms(ttl_us, grace_ms))
 end
