@@ -95,9 +95,10 @@ def sliding_log(state: list[int] | None, now: int, cost: int, a: int, b: int) ->
         written = list(log)
         for _ in range(cost):
             bisect.insort(written, now)
-        return AlgorithmResult(True, b - count, b - count - cost, reset, a, 0, written, a)
+        # The zset's TTL: two windows, kept while it covers one past the newest entry.
+        return AlgorithmResult(True, b - count, b - count - cost, reset, a, 0, written, 2 * a)
     retry = log[count + cost - b - 1] + a - now
-    return AlgorithmResult(False, b - count, b - count, reset, reset, retry, log, a)
+    return AlgorithmResult(False, b - count, b - count, reset, reset, retry, log, 2 * a)
 
 
 def _counter_reset(index: int, a: int, now: int, c: int, p: int) -> int:
