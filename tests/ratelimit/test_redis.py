@@ -59,12 +59,13 @@ async def test_every_key_written_has_a_ttl(redis_client: aioredis.Redis) -> None
     await limiter.peek("ttl")
     keys = sorted(await _stored(redis_client))
     assert keys == sorted(state_keys("ttl", POLICIES))
-    # Longest time each state matters: a refill, a window, two windows (counter).
+    # The TTLs: a refill or a leak from empty, a window, two windows (the log is renewed
+    # once a window; the counter's current window weighs until the next one ends).
     bounds = {
         "tb": 10 * 200,
         "lb": 10 * 200,
         "fw": 2000,
-        "sl": 3000,
+        "sl": 6000,
         "sc": 8000,
     }
     # Policies kept in one string key: it lasts as long as the longest of them.
@@ -81,11 +82,43 @@ async def test_every_key_written_has_a_ttl(redis_client: aioredis.Redis) -> None
         assert 0 < await redis_client.pttl(key) <= bounds[policy.tag], key
 
 
+async def test_a_logs_ttl_is_two_windows_renewed_once_it_covers_less_than_one(
+    redis_client: aioredis.Redis,
+) -> None:
+    limiter = RateLimiter(SlidingLog(10, 10.0), backend=RedisRateLimitBackend(redis_client))
+    (key,) = state_keys("log", [SlidingLog(10, 10.0)])
+    assert (await limiter.hit("log")).allowed
+    assert 19_000 < await redis_client.pttl(key) <= 20_000
+    await redis_client.pexpire(key, 15_000)  # as if set 5 s ago: covers a window, kept
+    assert (await limiter.hit("log")).allowed
+    assert 14_000 < await redis_client.pttl(key) <= 15_000
+    await redis_client.pexpire(key, 9000)  # less than a window left: renewed
+    assert (await limiter.hit("log")).allowed
+    assert 19_000 < await redis_client.pttl(key) <= 20_000
+
+
+@pytest.mark.parametrize("policy", [TokenBucket(10, 1, 1.0), LeakyBucket(10, 1, 1.0)], ids=str)
+async def test_a_buckets_ttl_is_kept_while_it_covers_the_state(
+    redis_client: aioredis.Redis, policy: Policy
+) -> None:
+    """A bucket's key gets the time to refill from empty (10 s), kept while it covers the state."""
+    limiter = RateLimiter(policy, backend=RedisRateLimitBackend(redis_client))
+    (key,) = state_keys("keep", [policy])
+    assert (await limiter.hit("keep")).allowed
+    assert 9000 < await redis_client.pttl(key) <= 10_000
+    await redis_client.pexpire(key, 5000)  # as if set 5 s ago
+    assert (await limiter.hit("keep")).allowed  # the state matters ~2 s: the TTL covers it
+    assert 4000 < await redis_client.pttl(key) <= 5000
+    assert (await limiter.hit("keep", cost=5)).allowed  # ~7 s: it does not, set again
+    assert 9000 < await redis_client.pttl(key) <= 10_000
+
+
 async def test_several_policies_cost_one_read_and_one_write(own_client: aioredis.Redis) -> None:
     strings = [p for p in POLICIES if not isinstance(p, SlidingLog)]
     backend = RedisRateLimitBackend(own_client)
     # Two decisions, one charged: TIME and GET each, one SET; a sliding log keeps its zset.
-    log = {"zremrangebyscore": 2, "zcard": 2, "zrange": 3, "zadd": 1, "pexpire": 1}
+    # Its TTL, set by the first charge, still covers a window: PTTL, no PEXPIRE.
+    log = {"zremrangebyscore": 2, "zcard": 2, "zrange": 3, "zadd": 1, "pttl": 1}
     for policies, expected in [
         (strings, {"time": 2, "get": 2, "set": 1}),
         (POLICIES, {"time": 2, "get": 2, "set": 1, **log}),

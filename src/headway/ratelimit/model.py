@@ -38,7 +38,7 @@ class AlgorithmResult:
     reset_after: int
     retry: int
     state: Any  # written on charge
-    ttl_us: int  # how long the written state matters
+    ttl_us: int  # the TTL its key gets: at least as long as the written state matters
 
 
 def token_bucket(state: int | None, now: int, cost: int, a: int, b: int) -> AlgorithmResult:
@@ -50,9 +50,9 @@ def token_bucket(state: int | None, now: int, cost: int, a: int, b: int) -> Algo
     remaining = (tau - (tat - now)) // a
     after = (tau - (new_tat - now)) // a if ok else remaining
     retry = 0 if ok else new_tat - tau - now
-    return AlgorithmResult(
-        ok, remaining, after, tat - now, new_tat - now, retry, new_tat, new_tat - now
-    )
+    # The key lives as long as any state can matter (a refill from empty): a Redis key
+    # keeps that TTL while it covers the state, and a key that outlives it reads as full.
+    return AlgorithmResult(ok, remaining, after, tat - now, new_tat - now, retry, new_tat, tau)
 
 
 def leaky_bucket(
@@ -67,9 +67,8 @@ def leaky_bucket(
     remaining = (full - level) // a
     after = (full - new_level) // a if ok else remaining
     retry = 0 if ok else new_level - full
-    return AlgorithmResult(
-        ok, remaining, after, level, new_level, retry, (new_level, now), new_level
-    )
+    # As the token bucket: the key lives as long as a full bucket takes to leak.
+    return AlgorithmResult(ok, remaining, after, level, new_level, retry, (new_level, now), full)
 
 
 def fixed_window(
@@ -96,9 +95,10 @@ def sliding_log(state: list[int] | None, now: int, cost: int, a: int, b: int) ->
         written = list(log)
         for _ in range(cost):
             bisect.insort(written, now)
-        return AlgorithmResult(True, b - count, b - count - cost, reset, a, 0, written, a)
+        # The zset's TTL: two windows, kept while it covers one past the newest entry.
+        return AlgorithmResult(True, b - count, b - count - cost, reset, a, 0, written, 2 * a)
     retry = log[count + cost - b - 1] + a - now
-    return AlgorithmResult(False, b - count, b - count, reset, reset, retry, log, a)
+    return AlgorithmResult(False, b - count, b - count, reset, reset, retry, log, 2 * a)
 
 
 def _counter_reset(index: int, a: int, now: int, c: int, p: int) -> int:

@@ -16,14 +16,19 @@
 --                         (decide_one.lua's charged call) says an admitting answer is
 --                         reported after the charge only, so reset may be left out then.
 --     commit(key, now, cost, a, b, x, y, z, grace_ms)  charge, given what check found:
---                         for a string state, returns the state to write, how long it
---                         matters (us), and true when the key's TTL already covers it
---                         (a charge in the same window set it: decide_one.lua then
---                         writes with KEEPTTL); nothing otherwise.
+--                         for a string state, returns the state to write, the TTL to
+--                         give its key (us: at least as long as the state matters), and
+--                         whether the key's TTL may be kept (decide_one.lua then writes
+--                         with KEEPTTL): true when it covers the state already (a charge
+--                         in the same window set it), a number of us when it does if
+--                         PTTL still covers them (decide_one.lua asks), false to set it;
+--                         nothing otherwise.
 -- Values, not tables: a decision allocates as little as it can, as every allocation is
 -- server time (made, then collected).
 -- Times are integer microseconds and counts integer units, held in Lua's doubles:
 -- every value stays below 2^53, so each one is exact.
+-- Numeric strings (ARGV, stored states) become numbers by arithmetic (`s + 0`), the same
+-- conversion as tonumber without a function call: ~900 server instructions fewer each.
 
 -- floor(a / b) for integers a >= 0, b > 0, exact even where a / b rounds up.
 local function idiv(a, b)

@@ -24,10 +24,10 @@ if ARGV[1] == '' then
   now = server_now_us()
   grace_ms = 0
 else
-  now = tonumber(ARGV[1])
+  now = ARGV[1] + 0
   grace_ms = 60000
 end
-local cost = tonumber(ARGV[2])
+local cost = ARGV[2] + 0
 local peek = ARGV[3] == '1'
 local n = (#ARGV - 3) / 3
 
@@ -36,7 +36,7 @@ local n = (#ARGV - 3) / 3
 local kinds, keys = {}, {}
 local strings = 0
 for i = 1, n do
-  kinds[i] = algorithms[tonumber(ARGV[1 + 3 * i])]
+  kinds[i] = algorithms[ARGV[1 + 3 * i] + 0]
   if kinds[i].string_state then strings = strings + 1 end
 end
 local next_key = strings > 0 and 2 or 1
@@ -62,7 +62,7 @@ for i = 1, n do
     from = bar + 1
   end
   found[i] = {
-    kinds[i].check(state, keys[i], now, cost, tonumber(ARGV[2 + 3 * i]), tonumber(ARGV[3 + 3 * i])),
+    kinds[i].check(state, keys[i], now, cost, ARGV[2 + 3 * i] + 0, ARGV[3 + 3 * i] + 0),
   }
   allowed = allowed and found[i][1]
 end
@@ -74,7 +74,7 @@ for i = 1, n do
   local f, at = found[i], 4 * i - 2
   if charge then
     local state, ttl_us = kinds[i].commit(
-      keys[i], now, cost, tonumber(ARGV[2 + 3 * i]), tonumber(ARGV[3 + 3 * i]), f[7], f[8], f[9], grace_ms
+      keys[i], now, cost, ARGV[2 + 3 * i] + 0, ARGV[3 + 3 * i] + 0, f[7], f[8], f[9], grace_ms
     )
     if state then
       written[#written + 1] = state

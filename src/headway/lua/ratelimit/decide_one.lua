@@ -12,7 +12,7 @@
 --          gets a 60 s grace, as the test clock is not Redis's
 -- ARGV[2]  cost: units to charge (>= 1)
 -- ARGV[3]  peek: 1 = decide without charging, 0 = charge when the policy admits
--- ARGV[4..6]  kind, a, b of the policy
+-- ARGV[4..6]  kind, a, b of the policy (kind is implied by the fragment included)
 -- Returns {allowed, ok, remaining, reset_us, retry_us} (allowed = ok): remaining and
 -- reset_us are after the charge when one was made; retry_us is 0 when it admits.
 local now, grace_ms
@@ -20,12 +20,13 @@ if ARGV[1] == '' then
   now = server_now_us()
   grace_ms = 0
 else
-  now = tonumber(ARGV[1])
+  now = ARGV[1] + 0
   grace_ms = 60000
 end
-local algorithm = algorithms[tonumber(ARGV[4])]
+-- The only algorithm registered, as one fragment is included: ARGV[4] is its kind.
+local _, algorithm = next(algorithms)
 local key = KEYS[1]
-local cost, a, b = tonumber(ARGV[2]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local cost, a, b = ARGV[2] + 0, ARGV[5] + 0, ARGV[6] + 0
 local charging = ARGV[3] == '0'
 local state = false
 if algorithm.string_state then state = redis.call('GET', key) end
@@ -33,8 +34,11 @@ local ok, remaining, reset, retry, remaining_after, reset_after, x, y, z =
   algorithm.check(state, key, now, cost, a, b, charging)
 if not ok then return {0, 0, remaining, reset, retry} end
 if not charging then return {1, 1, remaining, reset, 0} end
-local value, ttl_us, kept = algorithm.commit(key, now, cost, a, b, x, y, z, grace_ms)
-if kept then
+local value, ttl_us, keep = algorithm.commit(key, now, cost, a, b, x, y, z, grace_ms)
+-- A bucket's key lasts as long as its state could ever matter, so it is kept while its
+-- PTTL covers the new state (1 ms to spare for the rounding of both): a PTTL costs the
+-- server about a quarter of what setting the TTL again does.
+if keep and (keep == true or redis.call('PTTL', key) > ttl_ms(keep, grace_ms)) then
   -- Its TTL reaches where this state stops mattering already: SET with PX costs the
   -- server about twice a SET that keeps it.
   redis.call('SET', key, value, 'KEEPTTL')

@@ -18,7 +18,7 @@ function fixed_window.check(state, key, now, cost, a, b)
   local count = 0
   if state then
     local w, c = string.match(state, '^(%d+):(%d+)$')
-    if tonumber(w) == index then count = tonumber(c) end
+    if w + 0 == index then count = c + 0 end
   end
   local reset = (index + 1) * a - now
   if count + cost > b then

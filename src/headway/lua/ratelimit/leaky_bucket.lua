@@ -8,8 +8,11 @@
 -- b    capacity: units the bucket holds
 -- check(state, key, now, cost, a, b), with state the STATE the main read from the
 -- string key (false if none), returns what common.lua says (reset: until empty), and
--- for its commit x = the new level.
--- commit returns the STATE to write and how long it matters (us).
+-- for its commit x = the new level, y = the state read (false if none).
+-- commit returns the STATE to write, the TTL its key gets: the longest a state can matter
+-- (a full bucket's leak, a * b; a key that outlives its state reads as an empty bucket),
+-- and the us its state matters, for decide_one.lua to keep a TTL that covers them (when
+-- a key was read).
 -- Sized for its three fields at once (one allocation, no rehash as functions are added).
 local leaky_bucket = { string_state = true, check = nil, commit = nil }
 
@@ -18,7 +21,7 @@ function leaky_bucket.check(state, key, now, cost, a, b)
   local level, stamp = 0, now
   if state then
     local l, t = string.match(state, '^(%d+):(%d+)$')
-    level, stamp = tonumber(l), tonumber(t)
+    level, stamp = l + 0, t + 0
   end
   local elapsed = now - stamp
   if elapsed < 0 then elapsed = 0 end
@@ -29,11 +32,11 @@ function leaky_bucket.check(state, key, now, cost, a, b)
   if new_level > full then
     return false, remaining, level, new_level - full, remaining, level
   end
-  return true, remaining, level, 0, idiv(full - new_level, a), new_level, new_level
+  return true, remaining, level, 0, idiv(full - new_level, a), new_level, new_level, state
 end
 
-function leaky_bucket.commit(_, now, _, _, _, new_level)
-  return string.format('%d:%d', new_level, now), new_level
+function leaky_bucket.commit(_, now, _, a, b, new_level, stored)
+  return string.format('%d:%d', new_level, now), a * b, stored and new_level
 end
 
 algorithms[2] = leaky_bucket

@@ -8,9 +8,10 @@
 -- b    limit
 -- A request is admitted when p * (W - e) + (c + cost) * W <= limit * W, with e the
 -- time elapsed in the current window (integers: the weighted estimate, times W).
--- check(state, key, now, cost, a, b), with state the STATE the main read from the
--- string key (false if none), returns what common.lua says (reset: until the estimate
--- is 0), and for its commit x = the window index, y = c, z = p (before the charge).
+-- check(state, key, now, cost, a, b, charging), with state the STATE the main read from
+-- the string key (false if none), returns what common.lua says (reset: until the
+-- estimate is 0; left out when charging and admitted), and for its commit x = the window
+-- index, y = c, z = p (before the charge).
 -- commit returns the STATE to write, how long it matters (us), and whether the key's
 -- TTL covers it already: every charge in a window sets it to the next window's end.
 -- Sized for its three fields at once (one allocation, no rehash as functions are added).
@@ -22,33 +23,32 @@ local function counter_reset(index, a, now, c, p)
   return 0
 end
 
-local function counter_room(weighted, c, a, b)
-  local free = b * a - weighted - c * a
-  if free < 0 then return 0 end
-  return idiv(free, a)
-end
-
-function sliding_counter.check(state, key, now, cost, a, b)
+function sliding_counter.check(state, key, now, cost, a, b, charging)
   local index = idiv(now, a)
   local e = now - index * a
   local c, p = 0, 0
   if state then
     local sw, sc, sp = string.match(state, '^(%d+):(%d+):(%d+)$')
-    local w = tonumber(sw)
+    local w = sw + 0
     if w == index then
-      c, p = tonumber(sc), tonumber(sp)
+      c, p = sc + 0, sp + 0
     elseif w == index - 1 then
-      p = tonumber(sc)
+      p = sc + 0
     end
   end
-  local weighted = p * (a - e)
-  local remaining = counter_room(weighted, c, a, b)
-  local reset = counter_reset(index, a, now, c, p)
-  if weighted + (c + cost) * a <= b * a then
+  -- Room left, in units times W: admitted when the charge fits in it (the inequality above).
+  local free = b * a - p * (a - e) - c * a
+  local remaining = 0
+  if free > 0 then remaining = idiv(free, a) end
+  local charged = free - cost * a
+  if charged >= 0 then
     -- After a charge the current window counts, so the estimate lasts to the next one's end.
-    local after = counter_room(weighted, c + cost, a, b)
-    return true, remaining, reset, 0, after, (index + 2) * a - now, index, c, p
+    -- Charging, the answer before the charge is not reported: its reset is left out.
+    local reset = 0
+    if not charging then reset = counter_reset(index, a, now, c, p) end
+    return true, remaining, reset, 0, idiv(charged, a), (index + 2) * a - now, index, c, p
   end
+  local reset = counter_reset(index, a, now, c, p)
   local retry
   if c + cost <= b then
     retry = a - idiv((b - c - cost) * a, p) - e

@@ -2,8 +2,8 @@
 -- NEEDS       from ratelimit/common.lua: fmt, ttl_ms, algorithms
 -- REGISTERS   algorithms[4] (kind 4 in ratelimit/algorithms.py)
 -- KEY  zset: one member per unit charged, scored by the server us it was charged at;
---      members are "<us>:<n>" (n counts up within one us); it expires one window
---      after the newest entry. Entries at or before now - window are pruned.
+--      members are "<us>:<n>" (n counts up within one us); it lives at least one window
+--      after the newest entry, at most two. Entries at or before now - window are pruned.
 -- a    window_us
 -- b    limit: units in any window
 -- state    unused: the zset is read here
@@ -17,7 +17,7 @@ local sliding_log = { check = nil, commit = nil }
 
 local function charged_at(members)
   local member = members[1]
-  return tonumber(string.sub(member, 1, string.find(member, ':', 1, true) - 1))
+  return string.sub(member, 1, string.find(member, ':', 1, true) - 1) + 0
 end
 
 function sliding_log.check(_, key, now, cost, a, b, charging)
@@ -52,7 +52,12 @@ function sliding_log.commit(key, now, cost, a, _, count, _, _, grace_ms)
       end
     end
   end
-  redis.call('PEXPIRE', key, ttl_ms(a, grace_ms))
+  -- It must last a window past its newest entry (now): its TTL is set to two windows and
+  -- kept while it still covers one (1 ms to spare for the rounding), as a PTTL costs the
+  -- server a quarter of a PEXPIRE (a write, propagated).
+  if redis.call('PTTL', key) <= ttl_ms(a, grace_ms) then
+    redis.call('PEXPIRE', key, ttl_ms(2 * a, grace_ms))
+  end
 end
 
 algorithms[4] = sliding_log

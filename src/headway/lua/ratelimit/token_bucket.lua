@@ -7,25 +7,29 @@
 -- b    capacity: units admitted at once
 -- check(state, key, now, cost, a, b), with state the STATE the main read from the
 -- string key (false if none), returns what common.lua says (reset: until full), and
--- for its commit x = the new TAT.
--- commit returns the STATE to write and how long it matters (us).
+-- for its commit x = the new TAT, y = the state read (false if none).
+-- commit returns the STATE to write, the TTL its key gets: the longest a state can matter
+-- (a refill from empty, a * b; a key that outlives its state reads as a full bucket), and
+-- the us its state matters, for decide_one.lua to keep a TTL that covers them (when a
+-- key was read).
 -- Sized for its three fields at once (one allocation, no rehash as functions are added).
 local token_bucket = { string_state = true, check = nil, commit = nil }
 
 function token_bucket.check(state, key, now, cost, a, b)
   local tau = a * b
-  local tat = tonumber(state) or now
+  local tat = state and state + 0 or now
   if tat < now then tat = now end
   local new_tat = tat + cost * a
   local remaining = idiv(tau - (tat - now), a)
   if new_tat - now > tau then
     return false, remaining, tat - now, new_tat - tau - now, remaining, tat - now
   end
-  return true, remaining, tat - now, 0, idiv(tau - (new_tat - now), a), new_tat - now, new_tat
+  return true, remaining, tat - now, 0, idiv(tau - (new_tat - now), a), new_tat - now, new_tat,
+    state
 end
 
-function token_bucket.commit(_, now, _, _, _, new_tat)
-  return fmt(new_tat), new_tat - now
+function token_bucket.commit(_, now, _, a, b, new_tat, stored)
+  return fmt(new_tat), a * b, stored and new_tat - now
 end
 
 algorithms[1] = token_bucket
