@@ -12,11 +12,15 @@ import glob
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests
 from tests.servers import free_port
 
 

@@ -22,13 +22,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import redis
 from middleware_bench import delayed
-from tests.servers import private_redis
 
 from headway import (
     FixedWindow,
@@ -40,6 +41,9 @@ from headway import (
     TokenBucket,
 )
 from headway.ratelimit.policies import Policy
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests
+from tests.servers import private_redis
 
 HIGH = 10**7  # per minute: never reached here
 Decide = Callable[[str], Awaitable[bool]]

@@ -17,10 +17,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 import time
 from collections.abc import Awaitable, Callable
-
-from tests.servers import private_redis
+from pathlib import Path
 
 from headway import (
     Decision,
@@ -34,6 +34,9 @@ from headway import (
 )
 from headway.ratelimit.algorithms import PolicySet
 from headway.ratelimit.decision import admitted, decision_from_reply
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests
+from tests.servers import private_redis
 
 POLICY = FixedWindow(10**7, 60.0)
 FOREVER = Leasing(chunk=10**6, share=1.0, hold=60.0)

@@ -29,25 +29,33 @@ from __future__ import annotations
 import argparse
 import functools
 import statistics
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import redis
 from _callgrind_redis import counted_redis
-from tests.servers import private_redis
+from ratelimit_bench import (  # the same policies as the decision benchmark
+    fixed_window,
+    leaky_bucket,
+    per_hour,
+    per_minute,
+    sliding_counter,
+    sliding_log,
+    token_bucket,
+)
 
 from headway import (
-    FixedWindow,
-    LeakyBucket,
-    SlidingCounter,
-    SlidingLog,
     SyncRateLimiter,
     SyncRedisRateLimitBackend,
-    TokenBucket,
 )
 from headway.ratelimit.policies import Policy
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests
+from tests.servers import private_redis
 
 Decide = Callable[[str], bool]
 #: Builds a contender for a scenario on a server URL: its decide function and a closer.
@@ -105,34 +113,6 @@ def _headway(*make: Callable[[bool], Policy]) -> Factory:
         return decide, backend.client.close
 
     return factory
-
-
-def token_bucket(generous: bool) -> Policy:
-    return TokenBucket(HIGH, HIGH, 1.0) if generous else TokenBucket(LOW, LOW, 3600.0)
-
-
-def leaky_bucket(generous: bool) -> Policy:
-    return LeakyBucket(HIGH, HIGH, 1.0) if generous else LeakyBucket(LOW, LOW, 3600.0)
-
-
-def fixed_window(generous: bool) -> Policy:
-    return FixedWindow(HIGH, 1.0) if generous else FixedWindow(LOW, 3600.0)
-
-
-def sliding_log(generous: bool) -> Policy:
-    return SlidingLog(HIGH, 1.0) if generous else SlidingLog(LOW, 3600.0)
-
-
-def sliding_counter(generous: bool) -> Policy:
-    return SlidingCounter(HIGH, 1.0) if generous else SlidingCounter(LOW, 3600.0)
-
-
-def per_minute(generous: bool) -> Policy:
-    return FixedWindow(60 * HIGH, 60.0) if generous else FixedWindow(60 * LOW, 60.0)
-
-
-def per_hour(generous: bool) -> Policy:
-    return SlidingCounter(HIGH, 3600.0) if generous else SlidingCounter(LOW * 2, 3600.0)
 
 
 # --- peers ----------------------------------------------------------------------------
