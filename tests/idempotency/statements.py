@@ -8,6 +8,7 @@ once per statement it ran itself; SQLAlchemy's own prepared statements do not lo
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import sqlalchemy as sa
@@ -36,6 +37,12 @@ class Statements:
     @property
     def round_trips(self) -> int:
         return len(self.sent) + 2 * self.transactions
+
+    async def settled(self) -> Statements:
+        """Itself, once asyncpg has called its loggers (it schedules them with ``call_soon``
+        when a statement ends, so the last one is reported after one pass of the loop)."""
+        await asyncio.sleep(0)
+        return self
 
     def clear(self) -> None:
         self.sent.clear()

@@ -57,6 +57,7 @@ async def test_postgresql_store_runs_its_statements_on_the_driver(engine: AsyncE
     assert claim.fence == 7
     assert await store.renew("caller", "k", 7, 30)
     assert await store.complete("caller", "k", 7, RESPONSE)
+    await sent.settled()
     assert sent.sent == ["SELECT", "INSERT", "UPDATE", "UPDATE"]
     assert sent.on_driver == 4  # none through SQLAlchemy's execution
     assert all(sent.autocommitted)
@@ -98,11 +99,11 @@ async def test_both_executors_give_the_same_answers(engine: AsyncEngine) -> None
     through_sqlalchemy.executor = SqlAlchemyExecutor(engine)
     sent = Statements(engine)
     expected = await scenario(through_sqlalchemy, "sqlalchemy")
-    assert sent.on_driver == 0
+    assert (await sent.settled()).on_driver == 0
     async with engine.begin() as conn:
         await conn.execute(records.delete())
     assert await scenario(driver, "driver") == expected
-    assert sent.on_driver > 0
+    assert (await sent.settled()).on_driver > 0
     assert expected[-4].response == RESPONSE  # the replayed record, headers and body
 
 

@@ -40,11 +40,13 @@ async def test_first_execution_is_three_round_trips_and_replay_one(
             return await client.post("/payments", json={"amount": 1}, headers=headers)
 
         assert (await pay("warm-up")).status_code == 201  # connects, prepares statements
-        trips.clear()
+        (await trips.settled()).clear()
         assert (await pay("first")).status_code == 201
+        await trips.settled()
         first = (list(trips.sent), trips.round_trips)
         trips.clear()
         replay = await pay("first")
+        await trips.settled()
     assert replay.headers["idempotent-replayed"] == "true"
     # get, claim (INSERT … ON CONFLICT … RETURNING), fenced UPDATE: all autocommitted.
     assert first == (["SELECT", "INSERT", "UPDATE"], 3)

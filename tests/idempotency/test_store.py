@@ -46,7 +46,7 @@ async def test_get_is_one_statement_autocommitted_on_postgresql(store: RecordSto
     await claim(store, 5)
     sent = Statements(store.engine)
     assert await store.get("caller", "k") is not None
-    assert sent.sent == ["SELECT"]
+    assert (await sent.settled()).sent == ["SELECT"]
     if store.engine.dialect.name == "postgresql":
         assert sent.autocommitted == [True]
         assert sent.transactions == 0

@@ -23,9 +23,11 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.util import greenlet_spawn
 
 from headway._errors import BackendUnavailable
 
@@ -92,7 +94,7 @@ _Argument = tuple[str, Any, Callable[[Any], Any] | None]
 
 
 class AsyncpgExecutor(Executor):
-    """Prebuilt statements on the asyncpg connection under a pooled SQLAlchemy one."""
+    """Prebuilt statements on the asyncpg connection of one from the engine's pool."""
 
     name = "asyncpg"
 
@@ -131,41 +133,47 @@ class AsyncpgExecutor(Executor):
 
     async def first(self, statement: Executable, params: Params) -> Sequence[Any] | None:
         sql, arguments = self._prepare(statement)
-        values = self._arguments(arguments, params)
-        async with self.engine.connect() as conn:
-            driver = await _driver(conn)
-            self.sent += 1
-            try:
-                row = await driver.fetchrow(sql, *values)
-            except BaseException as exc:
-                await _on_failure(conn, exc)
-                raise
+        row = await self._call(True, sql, self._arguments(arguments, params))
         return None if row is None else tuple(row)
 
     async def rowcount(self, statement: Executable, params: Params) -> int:
         sql, arguments = self._prepare(statement)
-        values = self._arguments(arguments, params)
-        async with self.engine.connect() as conn:
-            driver = await _driver(conn)
-            self.sent += 1
-            try:
-                status = await driver.execute(sql, *values)
-            except BaseException as exc:
-                await _on_failure(conn, exc)
-                raise
+        status = await self._call(False, sql, self._arguments(arguments, params))
         # The command tag: "UPDATE 1", "DELETE 0", "INSERT 0 1": the count comes last.
         return int(status.rpartition(" ")[2])
 
+    async def _call(self, fetch: bool, sql: str, values: list[Any]) -> Any:
+        """``fetchrow`` (``fetch``) or ``execute`` on a pooled connection's driver.
 
-async def _driver(conn: AsyncConnection) -> Any:
-    """The asyncpg connection under ``conn``; a pooled one the driver already knows is
-    closed (its socket saw EOF, e.g. after a server restart) is replaced at no round trip."""
-    while True:
-        raw = await conn.get_raw_connection()
-        driver = raw.driver_connection
-        if driver is not None and not driver.is_closed():
-            return driver
-        await conn.invalidate()  # the next checkout through ``conn`` reconnects
+        The pooled connection is checked out raw (no SQLAlchemy ``Connection`` around it:
+        a third less client CPU per statement) and given back the way SQLAlchemy gives it
+        back (its reset finds no transaction: none was begun, the statement autocommitted).
+        """
+        pooled = await self._checkout()
+        try:
+            driver: Any = pooled.driver_connection
+            self.sent += 1
+            return await (driver.fetchrow(sql, *values) if fetch else driver.execute(sql, *values))
+        except BaseException as exc:
+            await _on_failure(pooled, exc)
+            raise
+        finally:
+            await greenlet_spawn(pooled.close)
+
+    async def _checkout(self) -> PoolProxiedConnection:
+        """A pooled connection; one the driver already knows is closed (its socket saw EOF,
+        e.g. after a server restart) is replaced at no round trip."""
+        while True:
+            try:
+                pooled = await self.engine.raw_connection()
+            except _disconnects() as exc:  # the pool connects raw: no SQLAlchemy wrapping
+                message = f"database unavailable: {exc}"
+                raise BackendUnavailable(message, backend="database") from exc
+            driver = pooled.driver_connection
+            if driver is not None and not driver.is_closed():
+                return pooled
+            await greenlet_spawn(pooled.invalidate)
+            await greenlet_spawn(pooled.close)
 
 
 #: asyncpg's errors for a connection that cannot be used any more (the server's own
@@ -190,7 +198,7 @@ def _disconnects() -> tuple[type[BaseException], ...]:
     return _DISCONNECTS
 
 
-async def _on_failure(conn: AsyncConnection, exc: BaseException) -> None:
+async def _on_failure(pooled: PoolProxiedConnection, exc: BaseException) -> None:
     """Invalidate a connection the driver left unusable; a lost one is ``BackendUnavailable``.
 
     A statement interrupted (the store's timeout, a cancelled request) may still be
@@ -198,7 +206,8 @@ async def _on_failure(conn: AsyncConnection, exc: BaseException) -> None:
     """
     lost = isinstance(exc, _disconnects())
     if lost or isinstance(exc, asyncio.CancelledError | TimeoutError):
-        await asyncio.shield(conn.invalidate(exc if isinstance(exc, Exception) else None))
+        error = exc if isinstance(exc, Exception) else None
+        await asyncio.shield(greenlet_spawn(pooled.invalidate, error))
     if lost:
         raise BackendUnavailable(f"database connection lost: {exc}", backend="database") from exc
 
