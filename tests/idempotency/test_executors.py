@@ -155,3 +155,20 @@ async def test_a_pooled_connection_closed_by_the_server_is_replaced(
         await asyncio.sleep(0.02)
     # No round trip is spent finding out: the closed connection is swapped at checkout.
     assert await store.get("caller", "k") is None
+
+
+async def test_a_statement_stuck_behind_a_lock_is_cut_by_the_store_timeout(
+    engine: AsyncEngine,
+) -> None:
+    store = RecordStore(engine, ttl=60, timeout=0.3)
+    await store.claim("caller", "k", "f", fence=5, lease_token="t", lease_ttl=30)
+    async with engine.connect() as locker:  # the completion waits behind a row lock...
+        await locker.execute(sa.select(records).with_for_update())
+        async with asyncio.timeout(10):  # (a safety net: the test fails rather than hangs)
+            with pytest.raises(BackendUnavailable):  # ...until the store's timeout cuts it
+                await store.complete("caller", "k", 5, RESPONSE)
+            # At once, while the cut statement may still be winding down on its connection.
+            record = await store.get("caller", "k")
+        await locker.rollback()
+    assert record is not None
+    assert await store.complete("caller", "k", 5, RESPONSE)

@@ -23,6 +23,7 @@ from headway.idempotency.claim import claim_record, claim_statement, claimed, on
 from headway.idempotency.executors import Executor, SqlAlchemyExecutor, executor_for
 from headway.idempotency.record import GET, Claim, Record, StoredResponse, read
 from headway.idempotency.table import metadata
+from headway.ratelimit.budget import Budget
 
 __all__ = ["RecordStore"]
 
@@ -52,6 +53,9 @@ class RecordStore:
         self.engine = engine
         self.ttl = float(ttl)
         self.timeout = float(timeout)
+        # Bounds every operation to ``timeout``: asyncio.timeout's cost per call without a
+        # timer handle per call (one loop timer serves every pending operation).
+        self._budget = Budget(self.timeout)
         #: How the prebuilt statements (get, claim, the fenced writes) travel.
         self.executor: Executor = executor_for(engine)
         # Statements built per call (forget) go through SQLAlchemy on every dialect.
@@ -98,10 +102,9 @@ class RecordStore:
     async def _run(self, op: Callable[[], Awaitable[T]]) -> T:
         """``op()`` within ``timeout``, outages mapped to ``BackendUnavailable``."""
         try:
-            async with asyncio.timeout(self.timeout):
-                if self._create:
-                    await self._table_ready()
-                return await op()
+            if self._create:
+                return await self._budget.run(self._after_table(op))
+            return await self._budget.run(op())
         except UNAVAILABLE as exc:
             raise BackendUnavailable(f"database unavailable: {exc}", backend="database") from exc
         except sa_exc.DBAPIError as exc:
@@ -110,6 +113,10 @@ class RecordStore:
                     f"database connection lost: {exc}", backend="database"
                 ) from exc
             raise
+
+    async def _after_table(self, op: Callable[[], Awaitable[T]]) -> T:
+        await self._table_ready()
+        return await op()
 
     async def _transaction(self, op: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         """``op`` in one transaction, within ``timeout``."""
