@@ -172,3 +172,8 @@ async def test_a_statement_stuck_behind_a_lock_is_cut_by_the_store_timeout(
         await locker.rollback()
     assert record is not None
     assert await store.complete("caller", "k", 5, RESPONSE)
+
+
+async def test_an_engine_translating_schemas_keeps_sqlalchemy(engine: AsyncEngine) -> None:
+    translated = engine.execution_options(schema_translate_map={None: "public"})
+    assert isinstance(RecordStore(translated).executor, SqlAlchemyExecutor)

@@ -213,8 +213,11 @@ async def _on_failure(pooled: PoolProxiedConnection, exc: BaseException) -> None
 
 
 def executor_for(engine: AsyncEngine) -> Executor:
-    """The executor for ``engine``: the driver path on ``postgresql+asyncpg``."""
+    """The executor for ``engine``: the driver path on ``postgresql+asyncpg`` (unless the
+    engine translates schema names), SQLAlchemy's execution elsewhere."""
     dialect = engine.dialect
-    if dialect.name == "postgresql" and dialect.driver == "asyncpg":
+    # A schema translate map is applied by SQLAlchemy's execution, which the driver skips.
+    translated = engine.get_execution_options().get("schema_translate_map")
+    if dialect.name == "postgresql" and dialect.driver == "asyncpg" and not translated:
         return AsyncpgExecutor(engine)
     return SqlAlchemyExecutor(engine)
