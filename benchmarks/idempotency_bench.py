@@ -37,6 +37,7 @@ from headway._redis.connection import PipelinedConnection
 from headway.idempotency.table import records
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.idempotency.statements import Statements
 from tests.servers import private_redis
 
 DATABASE_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/hw_ibench"
@@ -101,9 +102,14 @@ async def call(app: Any, key: str | None) -> tuple[int, bool]:
 
 
 class Counts:
-    sql = 0  # statements (before_cursor_execute)
-    transactions = 0  # each one costs a BEGIN and a COMMIT/ROLLBACK round trip on asyncpg
+    sent: Statements | None = None  # SQL statements and transactions (``count_sql``)
     redis_writes = 0  # requests written to Redis (a pipeline is one)
+
+    @classmethod
+    def sql(cls) -> tuple[int, int]:
+        """Statements sent, and transactions (each a BEGIN and a COMMIT/ROLLBACK round trip
+        on asyncpg)."""
+        return (0, 0) if cls.sent is None else (len(cls.sent.sent), cls.sent.transactions)
 
 
 class CountingConnection(aioredis.Connection):
@@ -124,17 +130,10 @@ def count_wire_requests() -> None:
 
 
 def count_sql(engine: AsyncEngine) -> None:
-    def statement(*_: Any) -> None:
-        Counts.sql += 1
-
-    def begin(conn: sa.Connection) -> None:
-        # An autocommitting connection sends neither BEGIN nor COMMIT (asyncpg starts no
-        # transaction), so its statements are counted alone.
-        if conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
-            Counts.transactions += 1
-
-    sa.event.listen(engine.sync_engine, "before_cursor_execute", statement)
-    sa.event.listen(engine.sync_engine, "begin", begin)
+    """Count statements through SQLAlchemy and on the asyncpg driver (the store's executor
+    runs its statements there, unseen by SQLAlchemy's events), and SQLAlchemy's transactions
+    (an autocommitting connection sends neither BEGIN nor COMMIT: counted alone)."""
+    Counts.sent = Statements(engine)
 
 
 def server_commands(client: redis.Redis) -> int:
@@ -153,9 +152,9 @@ class PerRequest:
 
 @contextmanager
 def counted(info: redis.Redis, n: int, into: list[PerRequest]) -> Iterator[None]:
-    before = (Counts.sql, Counts.transactions, Counts.redis_writes, server_commands(info))
+    before = (*Counts.sql(), Counts.redis_writes, server_commands(info))
     yield
-    after = (Counts.sql, Counts.transactions, Counts.redis_writes, server_commands(info))
+    after = (*Counts.sql(), Counts.redis_writes, server_commands(info))
     sql, tx, writes, cmds = (a - b for a, b in zip(after, before, strict=True))
     cmds -= 1  # the first INFO counts itself
     into.append(PerRequest(sql / n, tx / n, (sql + 2 * tx) / n, writes / n, cmds / n))

@@ -8,6 +8,8 @@ from headway import BackendUnavailable, RecordStore
 from headway.idempotency.record import Claim, ClaimOutcome, StoredResponse
 from headway.idempotency.table import Status, db_now, records
 
+from .statements import Statements
+
 pytestmark = pytest.mark.anyio
 
 RESPONSE = StoredResponse(201, (("content-type", "application/json"),), b'{"id": 1}')
@@ -42,20 +44,12 @@ async def test_claim_complete_get(store: RecordStore) -> None:
 async def test_get_is_one_statement_autocommitted_on_postgresql(store: RecordStore) -> None:
     """A replay's read costs one round trip on PostgreSQL: no BEGIN, no COMMIT."""
     await claim(store, 5)
-    autocommit: list[bool] = []
-
-    def statement(conn: sa.Connection, *_: object) -> None:
-        dbapi = conn.connection.dbapi_connection
-        autocommit.append(bool(getattr(dbapi, "autocommit", False)))
-
-    sa.event.listen(store.engine.sync_engine, "before_cursor_execute", statement)
-    try:
-        assert await store.get("caller", "k") is not None
-    finally:
-        sa.event.remove(store.engine.sync_engine, "before_cursor_execute", statement)
-    assert len(autocommit) == 1
+    sent = Statements(store.engine)
+    assert await store.get("caller", "k") is not None
+    assert (await sent.settled()).sent == ["SELECT"]
     if store.engine.dialect.name == "postgresql":
-        assert autocommit == [True]
+        assert sent.autocommitted == [True]
+        assert sent.transactions == 0
 
 
 async def test_completed_record_is_returned_not_taken_over(store: RecordStore) -> None:

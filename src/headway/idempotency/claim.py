@@ -17,6 +17,7 @@ lease token and lease expiry, and the database's clock (for ``Retry-After``).
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -26,7 +27,31 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from headway.idempotency.record import RECORD_COLUMNS, Claim, ClaimOutcome, Record, read
 from headway.idempotency.table import Status, db_now, records
 
-__all__ = ["claim_record", "one_statement"]
+__all__ = ["claim_record", "claim_statement", "claimed", "one_statement"]
+
+
+def claim_statement(
+    dialect: Dialect,
+    scope: str,
+    key: str,
+    fingerprint: str,
+    *,
+    fence: int | None,
+    lease_token: str,
+    lease_ttl: float,
+    ttl: float,
+) -> tuple[Any, dict[str, Any], str]:
+    """``RecordStore.claim`` as one statement for ``dialect`` (its docstring says what it
+    decides): the statement, its parameters, and the mark that says the claim is ours."""
+    # The caller's token plus a nonce: unique to this claim even if the caller reuses a
+    # token, so "the row carries it" means exactly "this statement wrote it".
+    mark = f"{lease_token[:47]}.{secrets.token_hex(8)}"
+    params = {
+        "p_scope": scope, "p_key": key, "p_fingerprint": fingerprint, "p_mark": mark,
+        "p_lease_ttl": float(lease_ttl), "p_ttl": float(ttl),
+        "p_first": first_fence() if fence is None else fence, "p_fence": fence,
+    }  # fmt: skip
+    return _statement(dialect, locked=fence is not None), params, mark
 
 
 async def claim_record(
@@ -40,7 +65,7 @@ async def claim_record(
     lease_ttl: float,
     ttl: float,
 ) -> Claim:
-    """``RecordStore.claim`` on ``conn`` (its docstring says what it decides)."""
+    """``RecordStore.claim`` on ``conn``, e.g. inside a caller's transaction."""
     if not one_statement(conn.dialect):
         from headway.idempotency.claim_steps import claim_in_steps
 
@@ -48,19 +73,21 @@ async def claim_record(
             conn, scope, key, fingerprint,
             fence=fence, lease_token=lease_token, lease_ttl=lease_ttl, ttl=ttl,
         )  # fmt: skip
-    # The caller's token plus a nonce: unique to this claim even if the caller reuses a
-    # token, so "the row carries it" means exactly "this statement wrote it".
-    mark = f"{lease_token[:47]}.{secrets.token_hex(8)}"
-    params = {
-        "p_scope": scope, "p_key": key, "p_fingerprint": fingerprint, "p_mark": mark,
-        "p_lease_ttl": float(lease_ttl), "p_ttl": float(ttl),
-        "p_first": first_fence() if fence is None else fence, "p_fence": fence,
-    }  # fmt: skip
-    row = (await conn.execute(_statement(conn.dialect, locked=fence is not None), params)).one()
+    statement, params, mark = claim_statement(
+        conn.dialect, scope, key, fingerprint,
+        fence=fence, lease_token=lease_token, lease_ttl=lease_ttl, ttl=ttl,
+    )  # fmt: skip
+    row = (await conn.execute(statement, params)).one()
+    return claimed(row, mark, scope, key, fingerprint)
+
+
+def claimed(row: Sequence[Any], mark: str, scope: str, key: str, fingerprint: str) -> Claim:
+    """What the claiming statement's row (``_RETURNING``, by position) says."""
     record = read(row[:6], scope, key)
-    if row.lease_token == mark:
+    lease_token, lease_expires_at, now = row[6:9]
+    if lease_token == mark:
         return Claim(ClaimOutcome.CLAIMED, fence=record.fence)
-    return answer(record, fingerprint, _left(row.lease_expires_at, row.now))
+    return answer(record, fingerprint, _left(lease_expires_at, now))
 
 
 def one_statement(dialect: Dialect) -> bool:

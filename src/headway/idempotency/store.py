@@ -4,7 +4,8 @@ Each operation is one statement (autocommitted on PostgreSQL: no BEGIN and COMMI
 round trips; purge and MySQL's claim are a transaction), bounded by the store's
 timeout, with outages reported as
 ``BackendUnavailable(backend="database")``. What the statements are lives beside
-it: ``claim`` (taking a record), ``writes`` (settling it) and ``record`` (values).
+it: ``claim`` (taking a record), ``writes`` (settling it) and ``record`` (values);
+how they travel, ``executors`` (the asyncpg driver on PostgreSQL, else SQLAlchemy).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from headway._errors import BackendUnavailable
 from headway.idempotency import writes
-from headway.idempotency.claim import claim_record, one_statement
+from headway.idempotency.claim import claim_record, claim_statement, claimed, one_statement
+from headway.idempotency.executors import Executor, SqlAlchemyExecutor, executor_for
 from headway.idempotency.record import GET, Claim, Record, StoredResponse, read
 from headway.idempotency.table import metadata
+from headway.ratelimit.budget import Budget
 
 __all__ = ["RecordStore"]
 
@@ -50,14 +53,16 @@ class RecordStore:
         self.engine = engine
         self.ttl = float(ttl)
         self.timeout = float(timeout)
-        # Every operation but purge is one statement. On PostgreSQL those run autocommitted:
-        # no BEGIN and COMMIT round trips, and its async drivers switch that with a flag, not
-        # a command. Elsewhere switching would cost round trips (MySQL) or a thread hop
-        # (SQLite), while their implicit transaction costs no more than a plain connection's.
-        self._single = (
-            engine.execution_options(isolation_level="AUTOCOMMIT")
-            if engine.dialect.name == "postgresql"
-            else engine
+        # Bounds every operation to ``timeout``: asyncio.timeout's cost per call without a
+        # timer handle per call (one loop timer serves every pending operation).
+        self._budget = Budget(self.timeout)
+        #: How the prebuilt statements (get, claim, the fenced writes) travel.
+        self.executor: Executor = executor_for(engine)
+        # Statements built per call (forget) go through SQLAlchemy on every dialect.
+        self._sqlalchemy = (
+            self.executor
+            if isinstance(self.executor, SqlAlchemyExecutor)
+            else SqlAlchemyExecutor(engine)
         )
 
     @classmethod
@@ -94,19 +99,12 @@ class RecordStore:
         await asyncio.shield(creating)
         self._create = False
 
-    async def _run(
-        self, op: Callable[[AsyncConnection], Awaitable[T]], *, single: bool = True
-    ) -> T:
-        """``op`` within ``timeout``: one statement (``single``), or a transaction."""
+    async def _run(self, op: Callable[[], Awaitable[T]]) -> T:
+        """``op()`` within ``timeout``, outages mapped to ``BackendUnavailable``."""
         try:
-            async with asyncio.timeout(self.timeout):
-                if self._create:
-                    await self._table_ready()
-                if single and self._single is not self.engine:
-                    async with self._single.connect() as conn:
-                        return await op(conn)
-                async with self.engine.begin() as conn:
-                    return await op(conn)
+            if self._create:
+                return await self._budget.run(self._after_table(op))
+            return await self._budget.run(op())
         except UNAVAILABLE as exc:
             raise BackendUnavailable(f"database unavailable: {exc}", backend="database") from exc
         except sa_exc.DBAPIError as exc:
@@ -116,23 +114,28 @@ class RecordStore:
                 ) from exc
             raise
 
-    async def _accepted(self, write: writes.Write) -> bool:
+    async def _after_table(self, op: Callable[[], Awaitable[T]]) -> T:
+        await self._table_ready()
+        return await op()
+
+    async def _transaction(self, op: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        """``op`` in one transaction, within ``timeout``."""
+
+        async def run() -> T:
+            async with self.engine.begin() as conn:
+                return await op(conn)
+
+        return await self._run(run)
+
+    async def _accepted(self, write: writes.Write, executor: Executor | None = None) -> bool:
         """Run a fenced write; whether it changed the record (one row)."""
-        statement, params = write
-
-        async def op(conn: AsyncConnection) -> bool:
-            return (await conn.execute(statement, params)).rowcount == 1
-
-        return await self._run(op)
+        run = (executor or self.executor).rowcount
+        return await self._run(lambda: run(*write)) == 1
 
     async def get(self, scope: str, key: str) -> Record | None:
         """The live record for (scope, key), or None. One primary-key SELECT."""
-
-        async def op(conn: AsyncConnection) -> Record | None:
-            row = (await conn.execute(GET, {"scope": scope, "key": key})).first()
-            return None if row is None else read(row, scope, key)
-
-        return await self._run(op)
+        row = await self._run(lambda: self.executor.first(GET, {"scope": scope, "key": key}))
+        return None if row is None else read(row, scope, key)
 
     async def claim(
         self,
@@ -156,14 +159,23 @@ class RecordStore:
         with ``lease_left``. One statement (one round trip) on PostgreSQL, SQLite and
         MariaDB.
         """
+        if not one_statement(self.engine.dialect):
 
-        async def op(conn: AsyncConnection) -> Claim:
-            return await claim_record(
-                conn, scope, key, fingerprint,
-                fence=fence, lease_token=lease_token, lease_ttl=lease_ttl, ttl=self.ttl,
-            )  # fmt: skip
+            async def steps(conn: AsyncConnection) -> Claim:
+                return await claim_record(
+                    conn, scope, key, fingerprint,
+                    fence=fence, lease_token=lease_token, lease_ttl=lease_ttl, ttl=self.ttl,
+                )  # fmt: skip
 
-        return await self._run(op, single=one_statement(self.engine.dialect))
+            return await self._transaction(steps)
+        statement, params, mark = claim_statement(
+            self.engine.dialect, scope, key, fingerprint,
+            fence=fence, lease_token=lease_token, lease_ttl=lease_ttl, ttl=self.ttl,
+        )  # fmt: skip
+        row = await self._run(lambda: self.executor.first(statement, params))
+        if row is None:  # RETURNING gives the row whether the claim inserted, took over or not
+            raise RuntimeError("the claiming statement returned no row")
+        return claimed(row, mark, scope, key, fingerprint)
 
     async def renew(self, scope: str, key: str, fence: int, lease_ttl: float) -> bool:
         """Extend our PROCESSING record's lease to ``lease_ttl`` s from now (database clock).
@@ -192,7 +204,7 @@ class RecordStore:
         a retry run while the first execution still runs. Even forced, that first
         execution cannot store its result afterwards (its fenced write finds no record).
         """
-        return await self._accepted(writes.forget(scope, key, force=force))
+        return await self._accepted(writes.forget(scope, key, force=force), self._sqlalchemy)
 
     async def purge(self, *, batch_size: int = 1000) -> int:
         """Delete expired records in batches of ``batch_size``; return how many."""
@@ -204,7 +216,7 @@ class RecordStore:
 
         total = 0
         while True:
-            picked, deleted = await self._run(op, single=False)
+            picked, deleted = await self._transaction(op)
             total += deleted
             if picked < batch_size:
                 return total
