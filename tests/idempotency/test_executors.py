@@ -177,3 +177,16 @@ async def test_a_statement_stuck_behind_a_lock_is_cut_by_the_store_timeout(
 async def test_an_engine_translating_schemas_keeps_sqlalchemy(engine: AsyncEngine) -> None:
     translated = engine.execution_options(schema_translate_map={None: "public"})
     assert isinstance(RecordStore(translated).executor, SqlAlchemyExecutor)
+
+
+async def test_driver_false_keeps_every_statement_where_sqlalchemy_events_see_it(
+    engine: AsyncEngine,
+) -> None:
+    store = RecordStore(engine, ttl=60, driver=False)
+    assert isinstance(store.executor, SqlAlchemyExecutor)
+    sent = Statements(engine)
+    assert await store.get("caller", "k2") is None
+    await store.claim("caller", "k2", "f", fence=7, lease_token="t", lease_ttl=30)
+    await sent.settled()
+    assert sent.on_driver == 0
+    assert sent.sent == ["SELECT", "INSERT"]

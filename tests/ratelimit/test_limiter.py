@@ -18,8 +18,8 @@ from headway import (
     SyncRateLimiter,
     TokenBucket,
 )
+from headway._budget import Budget
 from headway._clock import within
-from headway.ratelimit.budget import Budget
 from headway.ratelimit.policies import Policy
 from tests.ratelimit.conftest import BackendFactory
 from tests.windows import NO_ROLLOVER

@@ -212,12 +212,13 @@ async def _on_failure(pooled: PoolProxiedConnection, exc: BaseException) -> None
         raise BackendUnavailable(f"database connection lost: {exc}", backend="database") from exc
 
 
-def executor_for(engine: AsyncEngine) -> Executor:
-    """The executor for ``engine``: the driver path on ``postgresql+asyncpg`` (unless the
-    engine translates schema names), SQLAlchemy's execution elsewhere."""
+def executor_for(engine: AsyncEngine, driver: bool = True) -> Executor:
+    """The executor for ``engine``: with ``driver``, the driver path on
+    ``postgresql+asyncpg`` (unless the engine translates schema names); SQLAlchemy's
+    execution elsewhere."""
     dialect = engine.dialect
     # A schema translate map is applied by SQLAlchemy's execution, which the driver skips.
     translated = engine.get_execution_options().get("schema_translate_map")
-    if dialect.name == "postgresql" and dialect.driver == "asyncpg" and not translated:
+    if driver and dialect.name == "postgresql" and dialect.driver == "asyncpg" and not translated:
         return AsyncpgExecutor(engine)
     return SqlAlchemyExecutor(engine)

@@ -17,13 +17,13 @@ from typing import Any, TypeVar
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from headway._budget import Budget
 from headway._errors import BackendUnavailable
 from headway.idempotency import writes
 from headway.idempotency.claim import claim_record, claim_statement, claimed, one_statement
 from headway.idempotency.executors import Executor, SqlAlchemyExecutor, executor_for
 from headway.idempotency.record import GET, Claim, Record, StoredResponse, read
 from headway.idempotency.table import metadata
-from headway.ratelimit.budget import Budget
 
 __all__ = ["RecordStore"]
 
@@ -45,9 +45,19 @@ class RecordStore:
     ``ttl`` is how long a record is kept (and replayed), in seconds, counted on
     the database's clock. Every operation is bounded by ``timeout`` seconds; a
     database that is down or too slow raises ``BackendUnavailable(backend="database")``.
+    On ``postgresql+asyncpg`` the hot statements run on the driver connection (half the
+    client CPU); ``driver=False`` keeps them in SQLAlchemy's execution, where its
+    ``before_cursor_execute`` events (tracing, metrics) see them.
     """
 
-    def __init__(self, engine: AsyncEngine, *, ttl: float = 24 * 3600, timeout: float = 5.0):
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        ttl: float = 24 * 3600,
+        timeout: float = 5.0,
+        driver: bool = True,
+    ):
         if ttl <= 0 or timeout <= 0:
             raise ValueError("ttl and timeout must be > 0")
         self.engine = engine
@@ -57,7 +67,7 @@ class RecordStore:
         # timer handle per call (one loop timer serves every pending operation).
         self._budget = Budget(self.timeout)
         #: How the prebuilt statements (get, claim, the fenced writes) travel.
-        self.executor: Executor = executor_for(engine)
+        self.executor: Executor = executor_for(engine, driver)
         # Statements built per call (forget) go through SQLAlchemy on every dialect.
         self._sqlalchemy = (
             self.executor

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from headway._budget import Budget
 from headway._clock import Clock, MonotonicClock
 from headway._errors import BackendUnavailable
 from headway.ratelimit.arguments import check_cost, check_policies, check_seconds
@@ -24,7 +25,6 @@ from headway.ratelimit.backends.contract import (
 )
 from headway.ratelimit.backends.memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
 from headway.ratelimit.blocked import BlockedCache
-from headway.ratelimit.budget import Budget
 from headway.ratelimit.decision import Decision, fallback
 from headway.ratelimit.leasing import Held, Leasing, Ledger, back_of
 from headway.ratelimit.policies import Policy
