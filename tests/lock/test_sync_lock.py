@@ -84,11 +84,11 @@ def test_sync_threads_exclude_each_other_and_are_woken(sync_lock_backend: SyncLo
 
 
 def test_sync_hold_renews(sync_lock_backend: SyncLockBackend) -> None:
-    # A TTL well above a renewal's worst stall on a loaded 2-core machine (0.6 s once
-    # lapsed under a parallel test run), renewed every 0.1 s.
-    lock = SyncLock(sync_lock_backend, "sync-hold", ttl=1.2)
+    # A TTL well above a renewal's worst stall on a loaded 2-core machine (a 1.2 s TTL
+    # lapsed once in CI beside a callgrind run), renewed every 0.1 s.
+    lock = SyncLock(sync_lock_backend, "sync-hold", ttl=2.0)
     with lock.hold(renew_every=0.1):
-        time.sleep(3.0)  # 2.5 TTLs: only renewals keep it
+        time.sleep(5.0)  # 2.5 TTLs: only renewals keep it
         with pytest.raises(LockNotAcquired):
             lock.acquire(timeout=0)
     lock.release(lock.acquire(timeout=0))
@@ -97,7 +97,9 @@ def test_sync_hold_renews(sync_lock_backend: SyncLockBackend) -> None:
 def test_sync_hold_reports_a_lost_lease_when_the_block_ends(
     sync_lock_backend: SyncLockBackend,
 ) -> None:
-    lock = SyncLock(sync_lock_backend, "sync-hold", ttl=0.6)
+    # The thief's lease (not renewed) must outlive the block by far, even on a loaded
+    # machine (a 0.6 s TTL lapsed once in CI).
+    lock = SyncLock(sync_lock_backend, "sync-hold", ttl=5.0)
     thief = None
     with pytest.raises(LockLost) as caught, lock.hold(renew_every=0.1) as lease:
         # Someone else takes over (as after an expiry): the next renewal is refused.
