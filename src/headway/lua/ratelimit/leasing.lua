@@ -5,11 +5,14 @@
 --             leased), a table with
 --   give_back(state, mark, units, a) -> the state with units given back, or nil when
 --       the state moved on (another window; another charge of a bucket since)
---   and, for windows (charged by their fragment's check and commit):
+--   and, for windows (charged by their fragment's check and commit; k units leave what
+--       the check at the cost found, less k - cost, until the same reset):
 --   terms(now, a) -> off, step, mark: unit i (0-based) may be spent until
 --       now + off + i * step (the window's last us); mark is the window index
 --   or, for buckets:
---   charge(state, now, k, a, b, gap) -> state, ttl_us, remaining, reset, off, mark:
+--   charge(state, now, k, a, b, gap) -> state, matters_us, remaining, reset, off, mark:
+--       matters_us is how long the new state matters (lease.lua gives the key a * b,
+--       the longest a bucket's state can matter, kept while its PTTL covers these);
 --       the bucket's end (TAT) moves to max(end, now + gap) + k * a; unit i holds the
 --       refill slot starting at now + off + i * a and may be spent until it starts
 -- Reads and writes only the STATE strings each fragment's header describes.
@@ -24,13 +27,13 @@ end
 -- Token bucket, STATE the TAT.
 leasing[1] = {
   charge = function(state, now, k, a, b, gap)
-    local tat = tonumber(state) or now
+    local tat = state and state + 0 or now
     if tat < now then tat = now end
     local new_end, remaining, off = bucket_charge(tat, now, k, a, b, gap)
     return fmt(new_end), new_end - now, remaining, new_end - now, off, new_end
   end,
   give_back = function(state, mark, units, a)
-    local tat = tonumber(state)
+    local tat = state + 0
     if tat ~= mark then return nil end
     return fmt(tat - units * a)
   end,
@@ -42,7 +45,7 @@ leasing[2] = {
     local level = 0
     if state then
       local l, t = string.match(state, '^(%d+):(%d+)$')
-      level = tonumber(l) - math.max(0, now - tonumber(t))
+      level = l - math.max(0, now - t)
       if level < 0 then level = 0 end
     end
     local new_end, remaining, off = bucket_charge(now + level, now, k, a, b, gap)
@@ -51,7 +54,7 @@ leasing[2] = {
   end,
   give_back = function(state, mark, units, a)
     local l, t = string.match(state, '^(%d+):(%d+)$')
-    local level, stamp = tonumber(l), tonumber(t)
+    local level, stamp = l + 0, t + 0
     if level + stamp ~= mark then return nil end
     return string.format('%d:%d', level - units * a, stamp)
   end,
@@ -68,8 +71,8 @@ leasing[3] = {
   terms = window_terms,
   give_back = function(state, mark, units)
     local w, c = string.match(state, '^(%d+):(%d+)$')
-    if tonumber(w) ~= mark then return nil end
-    return string.format('%d:%d', tonumber(w), math.max(0, tonumber(c) - units))
+    if w + 0 ~= mark then return nil end
+    return string.format('%s:%d', w, math.max(0, c - units))
   end,
 }
 
@@ -79,7 +82,7 @@ leasing[5] = {
   terms = window_terms,
   give_back = function(state, mark, units)
     local sw, sc, sp = string.match(state, '^(%d+):(%d+):(%d+)$')
-    local w, c, p = tonumber(sw), tonumber(sc), tonumber(sp)
+    local w, c, p = sw + 0, sc + 0, sp + 0
     if w == mark + 1 then  -- the previous window still weighs: lighten it
       return string.format('%d:%d:%d', w, c, math.max(0, p - units))
     end
