@@ -116,7 +116,7 @@ def test_several_policies_lease_as_the_model(
 
 
 # Short real windows: a bucket of 20 refilled in 200 ms, windows of 200 ms.
-TTL_SETS = {
+TTL_SETS: dict[str, list[Policy]] = {
     "token_bucket": [TokenBucket(20, 20, 0.2)],
     "leaky_bucket": [LeakyBucket(20, 20, 0.2)],
     "fixed_window": [FixedWindow(1000, 0.2)],
