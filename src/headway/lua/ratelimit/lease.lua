@@ -2,7 +2,7 @@
 -- all-or-nothing, after giving back a previous lease's unspent units.
 -- INCLUDES  clock.lua (server_now_us), ratelimit/common.lua, the fragments of the
 --           call's algorithms, then ratelimit/leasing.lua.
--- NEEDS     from clock: server_now_us; from common: ttl_ms, `algorithms`; from
+-- NEEDS     from clock: server_now_us; from common: idiv, ttl_ms, `algorithms`; from
 --           leasing: `leasing`.
 -- KEYS[1]   the string states of all the policies, joined by '|' in policy order
 --           (the key and format of ratelimit/decide.lua; no sliding logs here)
