@@ -27,6 +27,7 @@ from headway import (
     TokenBucket,
 )
 from headway._clock import FakeClock
+from headway.ratelimit.algorithms import PolicySet
 from headway.ratelimit.lease_model import grant
 from headway.ratelimit.policies import OnError, Policy
 from tests.ratelimit.conftest import BackendFactory
@@ -124,6 +125,20 @@ async def test_a_hot_key_costs_one_call_per_chunk(own_client: aioredis.Redis) ->
     assert all([(await limiter.hit("k")).allowed for _ in range(1000)])
     calls = await _scripts_run(own_client) - before
     assert calls <= 1000 // Leasing().chunk + 2, calls
+
+
+async def test_lease_calls_send_their_own_cost_and_leasing(own_client: aioredis.Redis) -> None:
+    """The arguments packed once per (cost, Leasing) on one policy set stay each call's own."""
+    backend = RedisRateLimitBackend(own_client)
+    policies = PolicySet([FixedWindow(1000, 3600.0)])
+    small, large = Leasing(chunk=1, share=1.0), Leasing(chunk=7, share=1.0)
+    granted = []
+    for index, (cost, leasing) in enumerate([(1, small), (3, small), (2, large), (3, small)]):
+        await backend.lease(f"k{index}", policies, cost, leasing)  # a fresh key each
+        reply = await backend.lease(f"k{index}", policies, cost, leasing)
+        granted.append((reply[0], reply[2]))  # units granted, remaining after them
+    # At least the cost, at most the chunk when it is larger: two leases per key.
+    assert granted == [(1, 998), (3, 994), (7, 986), (3, 994)]
 
 
 def test_sliding_logs_and_backends_without_leases_are_refused() -> None:

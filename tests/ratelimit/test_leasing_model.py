@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -22,7 +23,13 @@ from headway._clock import FakeClock
 from headway.ratelimit.algorithms import PolicySet
 from headway.ratelimit.backends.contract import lease_call
 from headway.ratelimit.backends.redis import lease_script
-from headway.ratelimit.policies import LeakyBucket, Policy, TokenBucket
+from headway.ratelimit.policies import (
+    FixedWindow,
+    LeakyBucket,
+    Policy,
+    SlidingCounter,
+    TokenBucket,
+)
 from tests.ratelimit.strategies import ALGORITHMS_BY_NAME, EPOCH_US
 
 SETTINGS = settings(
@@ -106,6 +113,47 @@ def test_several_policies_lease_as_the_model(
     calls: list[Step],
 ) -> None:
     replay(sync_redis_client, policies, leasing, start, calls)
+
+
+# Short real windows: a bucket of 20 refilled in 200 ms, windows of 200 ms.
+TTL_SETS: dict[str, list[Policy]] = {
+    "token_bucket": [TokenBucket(20, 20, 0.2)],
+    "leaky_bucket": [LeakyBucket(20, 20, 0.2)],
+    "fixed_window": [FixedWindow(1000, 0.2)],
+    "sliding_counter": [SlidingCounter(1000, 0.2)],
+    "window and bucket": [FixedWindow(1000, 0.2), TokenBucket(20, 20, 0.2)],
+}
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("name", sorted(TTL_SETS))
+def test_a_lease_leaves_the_key_a_ttl_covering_its_states(
+    sync_redis_client: redis.Redis, name: str
+) -> None:
+    """On the server's clock, the key outlives each state it holds (its TTL kept or set).
+
+    The bucket is leased whole, then again once half refilled: a TTL kept from the first
+    lease would end 100 ms before the second one's state stops mattering.
+    """
+    ps, leasing = PolicySet(TTL_SETS[name]), Leasing(chunk=20, share=1.0, hold=0.001)
+    key = f"lease-ttl-{next(_run)}"
+    checked = []
+    for pause in (0.0, 0.0, 0.1, 0.0):
+        time.sleep(pause)
+        sent = time.monotonic()
+        keys, args = lease_call(key, ps, 1, leasing, (0, []), None)
+        reply = lease_script(ps).run_sync(sync_redis_client, keys, args)
+        pttl_ms = sync_redis_client.pttl(keys[0])
+        elapsed_ms = (time.monotonic() - sent) * 1000
+        checked.append(reply[0] > 0)
+        if reply[0] == 0:
+            continue
+        # After a charge each policy's reset is how long its state matters, from the
+        # server's now (no earlier than `sent`).
+        needed_ms = max(reply[3 + 7 * i] for i in range(len(ps))) / 1000
+        assert pttl_ms + elapsed_ms + 1 >= needed_ms, (pause, pttl_ms, needed_ms, reply)
+    assert checked[0]  # the first lease
+    assert checked[2]  # and the one after the pause
 
 
 # (us to move forward, cost 1..3, peek?)

@@ -112,10 +112,12 @@ def lease(
     for state, (check, a, b), kind, r in zip(states, checks, kinds, before, strict=True):
         if kind in BUCKETS:
             gap = min(hold_us, (r.remaining - k) * a)
-            written, ttl, left, reset, off = bucket_charge(kind, state, now, k, a, b, gap)
+            written, _, left, reset, off = bucket_charge(kind, state, now, k, a, b, gap)
             mark = written if kind == 1 else written[0] + written[1]
             reply += (1, left, reset, 0, off, a, mark)
-            writes.append((written, ttl))
+            # The key lasts as long as a bucket's state can matter (lease.lua: a refill
+            # from empty, kept while the key's TTL covers the new state).
+            writes.append((written, a * b))
         else:
             after = check(state, now, k, a, b)
             reply += (1, after.remaining_after, after.reset_after, 0, *terms(kind, after, now, a))

@@ -21,87 +21,126 @@
 -- the fields are after charging `granted` (>= cost) units, and unit i of the lease may be
 -- spent until the server's now + off + i * step (ratelimit/leasing.lua). {0} alone
 -- when cost is 0.
+-- Cut as the decide scripts were (docs/decisions.md): numbers by arithmetic (`s + 0`),
+-- no tables but one per policy's check, the key's TTL kept while it covers the states.
 local now, grace_ms
 if ARGV[1] == '' then
   now = server_now_us()
   grace_ms = 0
 else
-  now = tonumber(ARGV[1])
+  now = ARGV[1] + 0
   grace_ms = 60000
 end
-local cost, want = tonumber(ARGV[2]), tonumber(ARGV[3])
-local permille, hold, back = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local key = KEYS[1]
+local cost, back = ARGV[2] + 0, ARGV[6] + 0
 local n = (#ARGV - 6) / 4
 
-local values = {}
-local value = redis.call('GET', KEYS[1])
+-- The policies' states, split with string.find (one policy: the value itself).
+local states = {}
+local value = redis.call('GET', key)
 if value then
-  for part in string.gmatch(value, '[^|]+') do values[#values + 1] = part end
+  if n == 1 then
+    states[1] = value
+  else
+    local from = 1
+    for i = 1, n do
+      if from > #value then break end
+      local bar = string.find(value, '|', from, true) or #value + 1
+      states[i] = string.sub(value, from, bar - 1)
+      from = bar + 1
+    end
+  end
 end
-
-local function arg(i, field) return tonumber(ARGV[6 + 4 * (i - 1) + field]) end
 
 local returned = false
 if back > 0 and value then
   for i = 1, n do
-    local state = leasing[arg(i, 1)].give_back(values[i], arg(i, 4), back, arg(i, 2))
+    local at = 4 * i + 3 -- ARGV index of policy i's kind
+    local state = states[i]
     if state then
-      values[i] = state
-      returned = true
+      state = leasing[ARGV[at] + 0].give_back(state, ARGV[at + 3] + 0, back, ARGV[at + 1] + 0)
+      if state then
+        states[i] = state
+        returned = true
+      end
     end
   end
 end
-local function keep_returned()
-  if returned then
-    local pttl = redis.call('PTTL', KEYS[1])
-    if pttl > 0 then redis.call('SET', KEYS[1], table.concat(values, '|'), 'PX', pttl) end
-  end
-end
+-- Only give back (or refused): the states with the units returned, under the key's TTL
+-- (it covers them: giving back only shortens what a state holds).
 if cost == 0 then
-  keep_returned()
+  if returned then redis.call('SET', key, table.concat(states, '|', 1, n), 'KEEPTTL') end
   return {0}
 end
 
--- Each policy's answer at `cost` (the fragments' check: see common.lua), as the refusal's
--- fields: ok, remaining, reset, retry, then off, step, mark (0: nothing leased).
-local before, allowed, least = {}, true, nil
+-- Each policy's check at `cost` (common.lua: its values, in one table made at once). One
+-- policy admitting reports only the values after the charge: its reset may be left out.
+local found, allowed, least = {}, true, nil
 for i = 1, n do
-  local ok, remaining, reset, retry =
-    algorithms[arg(i, 1)].check(values[i] or false, KEYS[1], now, cost, arg(i, 2), arg(i, 3))
-  before[i] = {ok and 1 or 0, remaining, reset, retry, 0, 0, 0}
-  allowed = allowed and ok
-  if least == nil or remaining < least then least = remaining end
+  local at = 4 * i + 3
+  local f = {
+    algorithms[ARGV[at] + 0].check(
+      states[i] or false, key, now, cost, ARGV[at + 1] + 0, ARGV[at + 2] + 0, n == 1
+    ),
+  }
+  found[i] = f
+  allowed = allowed and f[1]
+  if least == nil or f[2] < least then least = f[2] end
 end
 if not allowed then
-  keep_returned()
+  if returned then redis.call('SET', key, table.concat(states, '|', 1, n), 'KEEPTTL') end
   local out = {0}
   for i = 1, n do
-    for _, v in ipairs(before[i]) do out[#out + 1] = v end
+    local f, at = found[i], 7 * i - 5
+    out[at], out[at + 1], out[at + 2], out[at + 3] = f[1] and 1 or 0, f[2], f[3], f[4]
+    out[at + 4], out[at + 5], out[at + 6] = 0, 0, 0
   end
   return out
 end
 
+local permille, want = ARGV[4] + 0, ARGV[3] + 0
 local granted = math.min(least, math.max(cost, math.min(want, idiv(least * permille, 1000))))
-local out, written, longest = {granted}, {}, 0
+local hold = ARGV[5] + 0
+-- A key just made has no TTL to keep.
+local out, longest, needed, keep = {granted}, 0, 0, value and true or false
 for i = 1, n do
-  local kind, a, b = arg(i, 1), arg(i, 2), arg(i, 3)
-  local state, ttl_us, fields
-  if leasing[kind].charge then
-    local gap = math.min(hold, (before[i][2] - granted) * a)
-    local remaining, reset, off, mark
-    state, ttl_us, remaining, reset, off, mark =
-      leasing[kind].charge(values[i] or false, now, granted, a, b, gap)
-    fields = {1, remaining, reset, 0, off, a, mark}
+  local at, to = 4 * i + 3, 7 * i - 5
+  local kind, a, b = ARGV[at] + 0, ARGV[at + 1] + 0, ARGV[at + 2] + 0
+  local f, lease = found[i], leasing[kind]
+  local state, ttl_us
+  if lease.charge then
+    local gap = math.min(hold, (f[2] - granted) * a)
+    local matters, remaining, reset, off, mark
+    state, matters, remaining, reset, off, mark =
+      lease.charge(states[i] or false, now, granted, a, b, gap)
+    out[to], out[to + 1], out[to + 2], out[to + 3] = 1, remaining, reset, 0
+    out[to + 4], out[to + 5], out[to + 6] = off, a, mark
+    -- As decide_one.lua's: the key lasts as long as a bucket's state could ever matter
+    -- (a refill from empty), kept while its PTTL covers what this state needs.
+    ttl_us = a * b
+    if matters > needed then needed = matters end
   else
-    local _, _, _, _, remaining_after, reset_after, x, y, z =
-      algorithms[kind].check(values[i] or false, KEYS[1], now, granted, a, b)
-    state, ttl_us = algorithms[kind].commit(KEYS[1], now, granted, a, b, x, y, z, grace_ms)
-    local off, step, mark = leasing[kind].terms(now, a)
-    fields = {1, remaining_after, reset_after, 0, off, step, mark}
+    -- A window's check did not depend on the cost but for the units left: what `granted`
+    -- leaves is what `cost` left, less the difference (ratelimit/leasing.lua).
+    local covered
+    state, ttl_us, covered =
+      algorithms[kind].commit(key, now, granted, a, b, f[7], f[8], f[9], grace_ms)
+    local off, step, mark = lease.terms(now, a)
+    out[to], out[to + 1], out[to + 2], out[to + 3] = 1, f[5] - (granted - cost), f[6], 0
+    out[to + 4], out[to + 5], out[to + 6] = off, step, mark
+    keep = keep and covered
   end
-  written[i] = state
+  states[i] = state
   if ttl_us > longest then longest = ttl_us end
-  for _, v in ipairs(fields) do out[#out + 1] = v end
 end
-redis.call('SET', KEYS[1], table.concat(written, '|'), 'PX', ttl_ms(longest, grace_ms))
+-- The key's TTL covers every state it holds (each writer sets it to the longest): a
+-- window charged again in its window keeps it (its commit says so), and a bucket's state
+-- while the PTTL reaches past what it needs (1 ms to spare for the rounding of both). A
+-- SET that keeps the TTL costs the server about half of one that sets it; a PTTL less.
+local joined = n == 1 and states[1] or table.concat(states, '|', 1, n)
+if keep and (needed == 0 or redis.call('PTTL', key) > ttl_ms(needed, grace_ms)) then
+  redis.call('SET', key, joined, 'KEEPTTL')
+else
+  redis.call('SET', key, joined, 'PX', ttl_ms(longest, grace_ms))
+end
 return out
