@@ -128,13 +128,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("algorithm", sorted(CASES))
-async def test_processes_never_admit_more_than_the_algorithm_allows(
-    redis_url: str, algorithm: str
-) -> None:
-    spec, param_us = CASES[algorithm]
-    admitted = _intervals(await _run(redis_url, ["hammer"] * PROCESSES, spec))
-    limit = spec["args"][0]  # type: ignore[index]
+def _check(algorithm: str, admitted: list[Interval], limit: int, param_us: int) -> None:
     if algorithm == "fixed_window":
         check_fixed_window(admitted, limit, param_us)
     elif algorithm == "sliding_counter":
@@ -144,19 +138,18 @@ async def test_processes_never_admit_more_than_the_algorithm_allows(
         assert len(admitted) >= limit  # the demand really was above the rate
 
 
-@pytest.mark.parametrize("algorithm", ["fixed_window", "token_bucket"])
-async def test_processes_of_threads_never_admit_more_than_the_algorithm_allows(
-    redis_url: str, algorithm: str
-) -> None:
+@pytest.mark.parametrize(
+    ("mode", "algorithm"),
+    [("hammer", name) for name in sorted(CASES)]
     # SyncRateLimiter: 4 processes x 8 threads, each process's threads sharing one limiter.
+    + [("sync", "fixed_window"), ("sync", "token_bucket")],
+)
+async def test_processes_never_admit_more_than_the_algorithm_allows(
+    redis_url: str, mode: str, algorithm: str
+) -> None:
     spec, param_us = CASES[algorithm]
-    admitted = _intervals(await _run(redis_url, ["sync"] * PROCESSES, spec))
-    limit = spec["args"][0]  # type: ignore[index]
-    if algorithm == "fixed_window":
-        check_fixed_window(admitted, limit, param_us)
-    else:
-        check_bucket(admitted, limit, param_us)
-        assert len(admitted) >= limit  # the demand really was above the rate
+    admitted = _intervals(await _run(redis_url, [mode] * PROCESSES, spec))
+    _check(algorithm, admitted, spec["args"][0], param_us)  # type: ignore[index]
 
 
 @pytest.mark.parametrize("algorithm", ["fixed_window", "sliding_counter"])
