@@ -10,7 +10,7 @@ import pytest
 from headway import LeakyBucket, SlidingCounter, TokenBucket
 from headway._redis.scripts import Script
 from headway.ratelimit.algorithms import ALGORITHMS, Algorithm, PolicySet, algorithm_of
-from headway.ratelimit.backends.redis import decide_script
+from headway.ratelimit.backends.redis_scripts import decide_script
 from headway.ratelimit.policies import Policy
 
 COMMON = Script("ratelimit/common").source

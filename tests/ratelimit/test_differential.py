@@ -18,7 +18,7 @@ from headway import SyncMemoryRateLimitBackend, SyncRedisRateLimitBackend
 from headway._redis.scripts import Script
 from headway.ratelimit.algorithms import algorithm_of
 from headway.ratelimit.backends.contract import decide_call
-from headway.ratelimit.backends.redis import decide_script
+from headway.ratelimit.backends.redis_scripts import decide_script
 from headway.ratelimit.policies import Policy
 from tests.ratelimit.strategies import (
     ALGORITHMS_BY_NAME,

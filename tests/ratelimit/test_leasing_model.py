@@ -22,7 +22,7 @@ from headway import Leasing, MemoryRateLimitBackend, RateLimiter
 from headway._clock import FakeClock
 from headway.ratelimit.algorithms import PolicySet
 from headway.ratelimit.backends.contract import lease_call
-from headway.ratelimit.backends.redis import lease_script
+from headway.ratelimit.backends.redis_scripts import lease_script
 from headway.ratelimit.policies import (
     FixedWindow,
     LeakyBucket,

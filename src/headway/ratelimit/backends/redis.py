@@ -1,10 +1,12 @@
 """The Redis rate-limit backend (single node or Cluster), async and sync shells.
 
-A decision is one EVALSHA of ``ratelimit/decide.lua``, preceded by the library
-script and the fragments of the algorithms its policies use (``decide_script``),
-NOSCRIPT recovered on the same call; ``decision_from_reply`` reads its reply.
-The async shell keeps, per policy set, the script and its packed arguments
-(``_Packing``), so a decision on headway's connection packs nothing twice.
+A decision is one EVALSHA of ``ratelimit/decide.lua`` (or ``decide_one.lua``), preceded
+by the library script and the fragments of the algorithms its policies use
+(``redis_scripts.decide_script``), NOSCRIPT recovered on the same call;
+``decision_from_reply`` reads its reply. A lease is one EVALSHA of
+``ratelimit/lease.lua``. The async shell keeps, per policy set, the script and its
+packed arguments (``redis_scripts.Packing``), so a decision on headway's connection
+packs nothing twice.
 Concurrency slots (the permits of ``ratelimit.permits``) are one EVALSHA of
 ``lua/permits/*.lua`` per acquire, release or renewal.
 """
@@ -20,97 +22,29 @@ from redis import asyncio as aioredis
 
 from headway._errors import BackendUnavailable
 from headway._redis.errors import UNAVAILABLE, unavailable
-from headway._redis.resp import Packed, pack, pack_keys
+from headway._redis.resp import Packed
 from headway._redis.scripts import Script
 from headway._redis.sync_wire import SyncWire
 from headway._redis.wire import Wires, forget
 from headway.ratelimit.algorithms import PolicySet
 from headway.ratelimit.backends.contract import decide_call, lease_call, state_keys
+from headway.ratelimit.backends.redis_scripts import (
+    SLOT_ACQUIRE,
+    SLOT_EXTEND,
+    SLOT_RELEASE,
+    Packing,
+    decide_script,
+    lease_script,
+)
 from headway.ratelimit.decision import Decision, decision_from_reply
 from headway.ratelimit.leasing import Leasing
 from headway.ratelimit.policies import Concurrency, Policy
 from headway.ratelimit.slots import Grant, slot_key
 
-__all__ = ["RedisRateLimitBackend", "SyncRedisRateLimitBackend", "decide_script", "lease_script"]
+__all__ = ["RedisRateLimitBackend", "SyncRedisRateLimitBackend"]
 
-_DECIDE: dict[tuple[bool, tuple[int, ...]], Script] = {}
-_LEASE: dict[tuple[int, ...], Script] = {}
 #: Whether calls go over headway's pipelined connection (``_redis.wire``) unless told otherwise.
 COALESCE = True
-SLOT_ACQUIRE = Script("permits/acquire", include=("clock",))
-SLOT_RELEASE = Script("permits/release", include=("clock",))
-SLOT_EXTEND = Script("permits/extend", include=("clock",))
-
-
-def decide_script(policies: Sequence[Policy]) -> Script:
-    """The script deciding ``policies``, with just the algorithms they use (defined per call).
-
-    One policy runs ``ratelimit/decide_one.lua``, several ``ratelimit/decide.lua``: the same
-    arguments, reply and state, the first without the loops and tables several need.
-    """
-    policies = PolicySet.of(policies)
-    kinds = tuple(a.kind for a in policies.algorithms)
-    alone = len(policies) == 1
-    script = _DECIDE.get((alone, kinds))
-    if script is None:
-        include = ("clock", "ratelimit/common", *(a.fragment for a in policies.algorithms))
-        main = "ratelimit/decide_one" if alone else "ratelimit/decide"
-        script = _DECIDE[(alone, kinds)] = Script(main, include=include)
-    return script
-
-
-def lease_script(policies: PolicySet) -> Script:
-    """``ratelimit/lease.lua`` with the fragments of the algorithms ``policies`` use."""
-    used = policies.algorithms
-    kinds = tuple(a.kind for a in used)
-    script = _LEASE.get(kinds)
-    if script is None:
-        include = ("clock", "ratelimit/common", *(a.fragment for a in used), "ratelimit/leasing")
-        script = _LEASE[kinds] = Script("ratelimit/lease", include=include)
-    return script
-
-
-def _kept(cache: dict[Any, Packed], key: Any, packed: Packed, bound: int) -> Packed:
-    """Remember ``packed`` under ``key``, starting afresh once ``bound`` entries are kept."""
-    if len(cache) >= bound:
-        cache.clear()
-    cache[key] = packed
-    return packed
-
-
-class _Packing:
-    """What the calls of one policy set send, packed once: script, arguments, state keys."""
-
-    __slots__ = ("args", "keys", "lease_args", "lease_script", "policies", "script")
-
-    def __init__(self, policies: PolicySet) -> None:
-        self.policies = policies  # held, so that its id() is not reused while this lives
-        self.script = decide_script(policies)
-        self.args: dict[tuple[int, bool], Packed] = {}
-        self.keys: dict[str, Packed] = {}
-        self.lease_script: Script | None = None  # made on the first lease (if leasable)
-        self.lease_args: dict[tuple[int, Leasing], Packed] = {}
-
-    def packed_args(self, cost: int, peek: bool) -> Packed:
-        # Costs vary little; a caller that varies them a lot pays packing.
-        return self.args.get((cost, peek)) or _kept(
-            self.args, (cost, peek), pack(decide_call("", self.policies, cost, peek, None)[1]), 64
-        )
-
-    def packed_lease(self, cost: int, leasing: Leasing) -> Packed:
-        # A lease that gives nothing back sends only the limiter's own values but the cost.
-        return self.lease_args.get((cost, leasing)) or _kept(
-            self.lease_args,
-            (cost, leasing),
-            pack(lease_call("", self.policies, cost, leasing, (0, ()), None)[1]),
-            64,
-        )
-
-    def packed_keys(self, key: str) -> Packed:
-        # A flood of distinct keys re-packs; a hot set stays packed.
-        return self.keys.get(key) or _kept(
-            self.keys, key, pack_keys(state_keys(key, self.policies)), 4096
-        )
 
 
 class RedisRateLimitBackend:
@@ -135,17 +69,17 @@ class RedisRateLimitBackend:
         self.client = client
         self._wires = Wires(client, coalesce)
         self.coalesce = self._wires.enabled
-        self._packings: dict[int, _Packing] = {}  # by id() of the policy set
+        self._packings: dict[int, Packing] = {}  # by id() of the policy set
         # The last one used: one limiter per backend finds it without hashing (callgrind:
         # ~700 instructions fewer per decision than ``id()`` and a dict lookup).
-        self._recent: _Packing | None = None
+        self._recent: Packing | None = None
 
-    def _packing(self, policies: PolicySet) -> _Packing:
+    def _packing(self, policies: PolicySet) -> Packing:
         packing = self._packings.get(id(policies))
         if packing is None or packing.policies is not policies:
             if len(self._packings) >= 256:  # limiters made per call: start afresh
                 self._packings.clear()
-            packing = self._packings[id(policies)] = _Packing(policies)
+            packing = self._packings[id(policies)] = Packing(policies)
         return packing
 
     @classmethod

@@ -1,0 +1,107 @@
+"""Which Lua script a rate-limit call runs, and its arguments packed once per policy set.
+
+``decide_script`` and ``lease_script`` combine a main script (``ratelimit/decide_one``,
+``ratelimit/decide`` or ``ratelimit/lease``) with the library script and the fragments
+of just the algorithms the policies use, one ``Script`` per combination. ``Packing``
+keeps what the async Redis backend sends for one policy set (script, arguments, state
+keys) packed, so a decision on headway's connection packs nothing twice. The permit
+scripts (concurrency slots) are here too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from headway._redis.resp import Packed, pack, pack_keys
+from headway._redis.scripts import Script
+from headway.ratelimit.algorithms import PolicySet
+from headway.ratelimit.backends.contract import decide_call, lease_call, state_keys
+from headway.ratelimit.leasing import Leasing
+from headway.ratelimit.policies import Policy
+
+__all__ = [
+    "SLOT_ACQUIRE",
+    "SLOT_EXTEND",
+    "SLOT_RELEASE",
+    "Packing",
+    "decide_script",
+    "lease_script",
+]
+
+_DECIDE: dict[tuple[bool, tuple[int, ...]], Script] = {}
+_LEASE: dict[tuple[int, ...], Script] = {}
+SLOT_ACQUIRE = Script("permits/acquire", include=("clock",))
+SLOT_RELEASE = Script("permits/release", include=("clock",))
+SLOT_EXTEND = Script("permits/extend", include=("clock",))
+
+
+def decide_script(policies: Sequence[Policy]) -> Script:
+    """The script deciding ``policies``, with just the algorithms they use (defined per call).
+
+    One policy runs ``ratelimit/decide_one.lua``, several ``ratelimit/decide.lua``: the same
+    arguments, reply and state, the first without the loops and tables several need.
+    """
+    policies = PolicySet.of(policies)
+    kinds = tuple(a.kind for a in policies.algorithms)
+    alone = len(policies) == 1
+    script = _DECIDE.get((alone, kinds))
+    if script is None:
+        include = ("clock", "ratelimit/common", *(a.fragment for a in policies.algorithms))
+        main = "ratelimit/decide_one" if alone else "ratelimit/decide"
+        script = _DECIDE[(alone, kinds)] = Script(main, include=include)
+    return script
+
+
+def lease_script(policies: PolicySet) -> Script:
+    """``ratelimit/lease.lua`` with the fragments of the algorithms ``policies`` use."""
+    used = policies.algorithms
+    kinds = tuple(a.kind for a in used)
+    script = _LEASE.get(kinds)
+    if script is None:
+        include = ("clock", "ratelimit/common", *(a.fragment for a in used), "ratelimit/leasing")
+        script = _LEASE[kinds] = Script("ratelimit/lease", include=include)
+    return script
+
+
+def _kept(cache: dict[Any, Packed], key: Any, packed: Packed, bound: int) -> Packed:
+    """Remember ``packed`` under ``key``, starting afresh once ``bound`` entries are kept."""
+    if len(cache) >= bound:
+        cache.clear()
+    cache[key] = packed
+    return packed
+
+
+class Packing:
+    """What the calls of one policy set send, packed once: script, arguments, state keys."""
+
+    __slots__ = ("args", "keys", "lease_args", "lease_script", "policies", "script")
+
+    def __init__(self, policies: PolicySet) -> None:
+        self.policies = policies  # held, so that its id() is not reused while this lives
+        self.script = decide_script(policies)
+        self.args: dict[tuple[int, bool], Packed] = {}
+        self.keys: dict[str, Packed] = {}
+        self.lease_script: Script | None = None  # made on the first lease (if leasable)
+        self.lease_args: dict[tuple[int, Leasing], Packed] = {}
+
+    def packed_args(self, cost: int, peek: bool) -> Packed:
+        # Costs vary little; a caller that varies them a lot pays packing.
+        return self.args.get((cost, peek)) or _kept(
+            self.args, (cost, peek), pack(decide_call("", self.policies, cost, peek, None)[1]), 64
+        )
+
+    def packed_lease(self, cost: int, leasing: Leasing) -> Packed:
+        # A lease that gives nothing back sends only the limiter's own values but the cost.
+        return self.lease_args.get((cost, leasing)) or _kept(
+            self.lease_args,
+            (cost, leasing),
+            pack(lease_call("", self.policies, cost, leasing, (0, ()), None)[1]),
+            64,
+        )
+
+    def packed_keys(self, key: str) -> Packed:
+        # A flood of distinct keys re-packs; a hot set stays packed.
+        return self.keys.get(key) or _kept(
+            self.keys, key, pack_keys(state_keys(key, self.policies)), 4096
+        )
