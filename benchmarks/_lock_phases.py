@@ -57,9 +57,11 @@ class Server:
         return self.snapshot()[0] - before[0]
 
     def snapshot(self) -> tuple[int, int]:
-        """(total commands processed, EVAL + EVALSHA calls) so far."""
+        """(total commands processed, FCALL + EVAL + EVALSHA calls) so far."""
         stats = self.admin.info("commandstats")
-        scripts = sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("eval", "evalsha"))
+        scripts = sum(
+            stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("fcall", "eval", "evalsha")
+        )
         total: int = self.admin.info("stats")["total_commands_processed"]
         return total, scripts
 

@@ -158,7 +158,8 @@ def _commands(client: redis.Redis) -> tuple[int, int]:
         for name, s in stats.items()
         if not name.startswith(("cmdstat_info", "cmdstat_config", "cmdstat_flushdb"))
     }
-    return counted.get("evalsha", 0) + counted.get("eval", 0), sum(counted.values())
+    scripts = sum(counted.get(c, 0) for c in ("fcall", "evalsha", "eval"))
+    return scripts, sum(counted.values())
 
 
 async def measure(name: str, url: str, calls: int) -> Sample:

@@ -10,7 +10,7 @@ nobody else's ``SCRIPT FLUSH`` reaches it. For every lock it measures:
 2. round trips per cycle (requests written by the client, counted by a
    connection subclass) and commands the server processed per cycle
    (``INFO stats`` delta; commands run inside scripts count too), and how many
-   of those are script calls (EVAL/EVALSHA);
+   of those are script calls (FCALL, EVAL/EVALSHA);
 3. contention: 8 workers (tasks for async locks, threads for sync ones) loop
    acquire -> tiny critical section -> release on one key for a fixed time;
    throughput, each worker's share of the grants, and mutual exclusion

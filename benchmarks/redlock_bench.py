@@ -207,13 +207,13 @@ class Counters:
         self.idle = (b[0] - a[0], b[1] - a[1])
 
     def snapshot(self) -> tuple[int, int]:
-        """(commands, EVAL+EVALSHA calls) summed over the servers, counter reads excluded."""
+        """(commands, FCALL+EVAL+EVALSHA calls) summed over the servers, counter reads excluded."""
         total = scripts = 0
         for admin in self.admins:
             stats = admin.info("commandstats")
             total += sum(v["calls"] for v in stats.values())
             scripts += sum(
-                stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("eval", "evalsha")
+                stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("fcall", "eval", "evalsha")
             )
         return total - self.idle[0], scripts - self.idle[1]
 

@@ -7,7 +7,8 @@ What caps a fleet that shares one Redis is the server's CPU per decision, not th
 client's latency. This benchmark starts its own throw-away ``redis-server`` on a free
 loopback port (stopped by PID at the end) and, for each contender, makes ``--calls``
 sequential decisions on one key after ``CONFIG RESETSTAT``, then reads ``INFO
-commandstats``: the ``usec`` of EVALSHA per decision (the script's time inside Redis,
+commandstats``: the ``usec`` of the script call per decision (FCALL for headway, EVALSHA
+for the peers: the script's time inside Redis,
 its own commands included) and of **all** commands the client sent (a peer that sends a
 plain command beside its script pays for both). Commands run inside scripts appear in
 commandstats too; a short ``MONITOR`` sample of each contender tells which were sent by
@@ -20,8 +21,9 @@ valgrind's callgrind (``_callgrind_redis.py``): every command the client sent, w
 server's own request handling; deterministic, where the timings on a busy machine move
 by ±20 %.
 
-The floors are scripts with the arguments of headway's one-policy call: ``return 1``,
-``TIME`` alone, ``TIME`` + ``GET``, ``TIME`` + ``GET`` + ``SET PX``.
+The floors are functions called with the arguments of headway's one-policy call:
+``return 1``, ``TIME`` alone, ``TIME`` + ``GET``, ``TIME`` + ``GET`` + ``SET KEEPTTL``
+(a fixed window's commands) or ``SET PX``.
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ from headway import (
     SyncRateLimiter,
     SyncRedisRateLimitBackend,
 )
+from headway._redis.scripts import Script
+from headway._redis.sync_wire import SyncWire
 from headway.ratelimit.policies import Policy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests
@@ -74,27 +78,31 @@ def _nothing() -> None:
 
 
 def _floor(body: str) -> Factory:
-    """A script of ``body`` called with the keys and arguments of a one-policy decision."""
+    """A script of ``body`` called as headway calls its scripts (a Redis function), with
+    the keys and arguments of a one-policy decision."""
 
     def factory(generous: bool, url: str) -> tuple[Decide, Callable[[], None]]:
         client = redis.Redis.from_url(url)
-        sha = client.script_load(body)
+        wire, script = SyncWire(client), Script.from_source("floor", body)
 
         def decide(key: str) -> bool:
-            return bool(client.evalsha(sha, 1, "headway:{" + key + "}:rl", "", 1, 0, 1, 10, 1000))
+            return bool(wire.call(script, ["headway:{" + key + "}:rl"], ["", 1, 0, 1, 10, 1000]))
 
         return decide, client.close
 
     return factory
 
 
-GET_SET = "redis.call('TIME') local v = redis.call('GET', KEYS[1]) "
+GET = "redis.call('TIME') local v = redis.call('GET', KEYS[1]) "
 FLOORS: dict[str, Factory] = {
     "floor: return 1": _floor("return 1"),
     "floor: TIME": _floor("redis.call('TIME') return 1"),
-    "floor: TIME+GET": _floor(GET_SET + "return 1"),
-    "floor: TIME+GET+SET": _floor(
-        GET_SET + "redis.call('SET', KEYS[1], '1:2', 'PX', 1000) return 1"
+    "floor: TIME+GET": _floor(GET + "return 1"),
+    "floor: TIME+GET+SET KEEPTTL": _floor(
+        GET + "redis.call('SET', KEYS[1], '1:2', 'KEEPTTL') return 1"
+    ),
+    "floor: TIME+GET+SET PX": _floor(
+        GET + "redis.call('SET', KEYS[1], '1:2', 'PX', 1000) return 1"
     ),
 }
 
@@ -192,7 +200,7 @@ CONTENDERS: dict[str, Factory] = {**FLOORS, **{n: f for n, (f, _) in HEADWAY.ite
 
 # --- measuring ------------------------------------------------------------------------
 
-SCRIPT_CALLS = ("evalsha", "eval")
+SCRIPT_CALLS = ("fcall", "evalsha", "eval")
 
 
 def _stats(client: redis.Redis) -> dict[str, tuple[int, int]]:
@@ -235,7 +243,7 @@ def sent_by_client(decide: Decide, key: str, url: str, calls: int = 20) -> dict[
 
 @dataclass
 class Sample:
-    script_us: float  # EVALSHA usec per decision
+    script_us: float  # script (FCALL, EVALSHA) usec per decision
     all_us: float  # every command the client sent, per decision
     admitted: float
 
@@ -268,7 +276,7 @@ def report(results: dict[tuple[str, str], list[Sample]], rounds: int, calls: int
     print(f"\n{rounds} round(s) x {calls} sequential decisions; usec per decision, medians\n")
     for scenario in SCENARIOS:
         print(f"### {scenario}\n")
-        print("| contender | EVALSHA µs | all commands µs | admitted |")
+        print("| contender | script µs | all commands µs | admitted |")
         print("|---|--:|--:|--:|")
         for name in CONTENDERS:
             s = results[(name, scenario)]

@@ -8,7 +8,7 @@ import pytest
 from redis.connection import Connection
 
 from headway._redis.resp import REQUEST, Arg, pack, pack_keys, tail
-from headway._redis.scripts import Script
+from headway._redis.scripts import EVAL, EVALSHA, FCALL, LOAD, Script
 
 SCRIPT = Script.from_source("echo", "return {KEYS[1], ARGV[1]}")
 KEYS = ("k1", "{tag}:k2")
@@ -31,5 +31,14 @@ def redis_py(command: str, script: str, keys: Sequence[str]) -> bytes:
 )
 def test_a_request_is_framed_as_redis_py_frames_it(keys: Sequence[str], ahead: bool) -> None:
     count, packed = tail(pack_keys(keys), pack(ARGS)) if ahead else tail(keys, ARGS)
-    assert REQUEST % (count, SCRIPT.evalsha_head, packed) == redis_py("EVALSHA", SCRIPT.sha, keys)
-    assert REQUEST % (count, SCRIPT.eval_head, packed) == redis_py("EVAL", SCRIPT.source, keys)
+    fcall = redis_py("FCALL", SCRIPT.function, keys)
+    assert REQUEST % (count, SCRIPT.head(FCALL), packed) == fcall
+    assert REQUEST % (count, SCRIPT.head(LOAD), packed) == fcall
+    assert REQUEST % (count, SCRIPT.head(EVALSHA), packed) == redis_py("EVALSHA", SCRIPT.sha, keys)
+    assert REQUEST % (count, SCRIPT.head(EVAL), packed) == redis_py("EVAL", SCRIPT.source, keys)
+
+
+def test_the_load_request_is_framed_as_redis_py_frames_it() -> None:
+    packer = Connection()  # type: ignore[no-untyped-call]
+    parts = packer.pack_command("FUNCTION", "LOAD", "REPLACE", SCRIPT.library)  # type: ignore[no-untyped-call]
+    assert SCRIPT.load_request == b"".join(parts)

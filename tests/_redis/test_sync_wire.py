@@ -33,12 +33,12 @@ def test_sync_calls_from_many_threads_each_get_their_own_reply(sync_wire: SyncWi
     assert len(sync_wire._idle) <= 8  # a connection per thread in a call, reused
 
 
-def test_sync_errors_noscript_and_a_lost_connection(
+def test_sync_errors_a_flushed_library_and_a_lost_connection(
     sync_wire: SyncWire, sync_redis_client: redis.Redis
 ) -> None:
     assert sync_wire.call(INCR, ["n"], []) == 1
-    sync_redis_client.script_flush()
-    assert sync_wire.call(INCR, ["n"], []) == 2  # NOSCRIPT recovered on the same call
+    sync_redis_client.function_flush()
+    assert sync_wire.call(INCR, ["n"], []) == 2  # loaded again on the same call
     with pytest.raises(redis_errors.ResponseError, match="BOOM"):
         sync_wire.call(FAIL, ["k"], [])
     assert sync_wire.call(INCR, ["n"], []) == 3  # the connection went on

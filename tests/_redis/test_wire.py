@@ -68,11 +68,11 @@ async def test_error_replies_raise_and_the_connection_goes_on(wires: Wires) -> N
     assert await wires.call(INCR, ["n"], []) == 1
 
 
-async def test_noscript_is_recovered_on_the_same_call(
+async def test_a_flushed_library_is_loaded_again_on_the_same_call(
     wires: Wires, redis_client: aioredis.Redis
 ) -> None:
     assert await wires.call(INCR, ["n"], []) == 1
-    await redis_client.script_flush()
+    await redis_client.function_flush()
     assert await asyncio.gather(*(wires.call(INCR, ["n"], []) for _ in range(5))) == [2, 3, 4, 5, 6]
 
 

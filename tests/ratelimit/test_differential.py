@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from headway import SyncMemoryRateLimitBackend, SyncRedisRateLimitBackend
 from headway._redis.scripts import Script
+from headway._redis.sync_wire import SyncWire
 from headway.ratelimit.algorithms import algorithm_of
 from headway.ratelimit.backends.contract import decide_call
 from headway.ratelimit.backends.redis_scripts import decide_script
@@ -94,12 +95,17 @@ def test_the_one_policy_script_matches_the_general_one(
     start: int,
     calls: list[tuple[int, int, int, bool]],
 ) -> None:
-    """``decide_one.lua`` replies and writes what ``decide.lua`` does for one policy."""
+    """``decide_one.lua`` replies and writes what ``decide.lua`` does for one policy.
+
+    The first runs as production runs it (a Redis function, ``FCALL``), the second as an
+    ``EVAL`` script (how a server without functions runs both).
+    """
     one = decide_script([policy])
     include = ("clock", "ratelimit/common", algorithm_of(policy).fragment)
     general = Script("ratelimit/decide", include=include)
     assert one.name == "ratelimit/decide_one"
     run = next(_run)
+    wire = SyncWire(sync_redis_client)
     now = EPOCH_US + start
     for step, key_index, cost, peek in calls:
         now += step
@@ -107,7 +113,11 @@ def test_the_one_policy_script_matches_the_general_one(
         replies = []
         for script in (one, general):
             keys, args = decide_call(f"{script.name}-{run}-{key_index}", [policy], cost, peek, now)
-            replies.append((script.run_sync(sync_redis_client, keys, args), keys[0]))
+            if script is one:
+                reply = wire.call(script, keys, args)
+            else:
+                reply = script.run_sync(sync_redis_client, keys, args)
+            replies.append((reply, keys[0]))
         (mine, my_key), (theirs, their_key) = replies
         assert mine == theirs, (policy, now, cost, peek)
         assert _stored(sync_redis_client, my_key) == _stored(sync_redis_client, their_key)

@@ -48,7 +48,9 @@ async def own_client(own_server: Server) -> AsyncIterator[aioredis.Redis]:
 
 async def _scripts_run(client: aioredis.Redis) -> int:
     stats = await client.info("commandstats")
-    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+    return sum(
+        int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("fcall", "evalsha", "eval")
+    )
 
 
 async def test_leased_and_plain_limiters_admit_the_same(make_backend: BackendFactory) -> None:

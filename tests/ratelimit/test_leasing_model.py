@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from headway import Leasing, MemoryRateLimitBackend, RateLimiter
 from headway._clock import FakeClock
+from headway._redis.sync_wire import SyncWire
 from headway.ratelimit.algorithms import PolicySet
 from headway.ratelimit.backends.contract import lease_call
 from headway.ratelimit.backends.redis_scripts import lease_script
@@ -68,6 +69,7 @@ def replay(
     calls: Sequence[Step],
 ) -> None:
     ps = PolicySet(policies)
+    wire = SyncWire(client)  # the script as production calls it (a Redis function)
     store = MemoryRateLimitBackend()._store  # the model, called as the backend calls it
     run, now = next(_run), EPOCH_US + start
     limit = min(p.limit for p in ps)
@@ -83,7 +85,7 @@ def replay(
         cost = min(cost, limit)
         expected = store.lease(key, ps, cost, leasing, back, now)
         keys, args = lease_call(key, ps, cost, leasing, back, now)
-        actual = lease_script(ps).run_sync(client, keys, args)
+        actual = wire.call(lease_script(ps), keys, args)
         assert actual == expected, (ps, leasing, now, key, cost, back)
         if expected[0]:
             last[key] = expected
@@ -142,7 +144,7 @@ def test_a_lease_leaves_the_key_a_ttl_covering_its_states(
         time.sleep(pause)
         sent = time.monotonic()
         keys, args = lease_call(key, ps, 1, leasing, (0, []), None)
-        reply = lease_script(ps).run_sync(sync_redis_client, keys, args)
+        reply = SyncWire(sync_redis_client).call(lease_script(ps), keys, args)
         pttl_ms = sync_redis_client.pttl(keys[0])
         elapsed_ms = (time.monotonic() - sent) * 1000
         checked.append(reply[0] > 0)

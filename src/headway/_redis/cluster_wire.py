@@ -75,6 +75,7 @@ class ClusterWire:
         self.client = client
         self.loop = loop
         self.supported = True
+        self.functions = True
         self.requests = 0
         self.writes = 0
         self.redirections = 0

@@ -5,8 +5,10 @@
   concurrent calls share writes and reads (what a pipeline gives, without one).
 - Redis answers a connection's commands in order, so replies are matched to calls
   first in, first out; hiredis parses them.
-- NOSCRIPT (a restart, ``SCRIPT FLUSH``) is answered by sending the same call as
-  ``EVAL`` with the script's source, on the same call.
+- A call is an ``FCALL`` of the script's function; "Function not found" (a new
+  server, ``FUNCTION FLUSH``) is answered by loading the library and sending the same
+  call again in one write, and a server without functions by ``EVALSHA`` (then
+  ``EVAL`` after NOSCRIPT), on the same call (``_redis.scripts``).
 - A caller that stops waiting (cancelled, out of time) does not lose its reply:
   the call's ``orphan`` callback gets it, so a lock granted to a caller who gave
   up can be released again. A call, once written, is never taken back.
@@ -36,7 +38,7 @@ import hiredis
 from redis import exceptions as redis_errors
 
 from headway._redis.resp import REQUEST, reply_error
-from headway._redis.scripts import Script
+from headway._redis.scripts import EVALSHA, FCALL, LOAD, Script, load_failed, resend_stage
 
 __all__ = ["Orphan", "Owner", "PipelinedConnection", "ScriptCall", "orphaned", "take_over"]
 
@@ -56,6 +58,8 @@ class Owner(Protocol):
     loop: asyncio.AbstractEventLoop
     requests: int
     writes: int
+    #: False once its server answered that it runs no functions: calls send EVALSHA.
+    functions: bool
 
     def redirected(self, call: ScriptCall, error: Exception) -> bool:
         """Take over ``call``, answered ``error`` (one of ``REDIRECTS``); False: fail it."""
@@ -72,10 +76,10 @@ class ScriptCall:
         "future",
         "orphan",
         "redirects",
-        "reloaded",
         "script",
         "sent",
         "slot",
+        "stage",
         "tail",
         "timeout",
     )
@@ -97,7 +101,7 @@ class ScriptCall:
         self.orphan = orphan
         self.timeout = timeout
         self.always = always
-        self.reloaded = False
+        self.stage = -1  # how it is sent (``_redis.scripts``): chosen when first sent
         self.sent = self.deadline = 0.0
         # Cluster only: the key's slot, redirections followed, and whether the node
         # it goes to imports the slot (ASK: ``ASKING`` precedes it).
@@ -131,11 +135,18 @@ class PipelinedConnection(asyncio.Protocol):
         self.lost = False
 
     def send(self, call: ScriptCall) -> None:
-        head = call.script.eval_head if call.reloaded else call.script.evalsha_head
-        data = REQUEST % (call.elements, head, call.tail)
-        if call.asking:  # its own reply (+OK) goes to a marker already settled
+        if call.stage < 0:
+            call.stage = FCALL if self.wire.functions else EVALSHA
+        data = REQUEST % (call.elements, call.script.head(call.stage), call.tail)
+        # What goes first in the same write has its reply taken by a marker: ASKING
+        # right before the call it is for, the library's load before both.
+        if call.asking:
             data = _ASKING + data
-            self.pending.append(_marker(self.loop))
+        if call.stage == LOAD:
+            data = call.script.load_request + data
+            self.pending.append(_marker(self.loop, _LOADING))
+        if call.asking:
+            self.pending.append(_marker(self.loop, _NEVER_SENT))
         self.wire.requests += 1
         if self.pending:  # replies outstanding: share the write of the next loop turn
             if not self.out:
@@ -206,10 +217,17 @@ class PipelinedConnection(asyncio.Protocol):
             self._settle(self.pending.popleft(), reply)
 
     def _settle(self, call: ScriptCall, reply: Any) -> None:
-        if isinstance(reply, redis_errors.NoScriptError) and not call.reloaded:
-            call.reloaded = True  # EVAL runs the call and caches the script again
-            self.send(call)
+        if call.script is _LOADING:
+            load_failed(reply)
             return
+        if isinstance(reply, Exception) and call.stage >= 0:
+            stage = resend_stage(call.stage, reply)
+            if stage is not None:  # the call did not run: send it the next way
+                if stage == EVALSHA:
+                    self.wire.functions = False
+                call.stage = stage
+                self.send(call)
+                return
         if isinstance(reply, REDIRECTS) and self.wire.redirected(call, reply):
             return
         future = call.future
@@ -247,17 +265,19 @@ class PipelinedConnection(asyncio.Protocol):
         return False  # close our end too: connection_lost follows
 
 
-def _marker(loop: asyncio.AbstractEventLoop) -> ScriptCall:
-    # Stands for the reply to ASKING in the FIFO: settled already, so its reply is dropped.
+def _marker(loop: asyncio.AbstractEventLoop, kind: Script) -> ScriptCall:
+    # Stands for the reply to ASKING or FUNCTION LOAD in the FIFO: settled already, so
+    # its reply is dropped (a refused load is logged).
     future = loop.create_future()
     future.set_result(None)
-    marker = ScriptCall(future, _NEVER_SENT, 0, b"", None, None)
+    marker = ScriptCall(future, kind, 0, b"", None, None)
     marker.sent = loop.time()
     return marker
 
 
-# A marker's script: a ScriptCall needs one, and a marker is never written.
+# Markers' scripts: a ScriptCall needs one, and a marker is never written.
 _NEVER_SENT = Script.from_source("asking-marker", "return 0")
+_LOADING = Script.from_source("load-marker", "return 0")
 
 
 def orphaned(orphan: Orphan, reply: Any) -> None:

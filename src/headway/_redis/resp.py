@@ -1,8 +1,8 @@
 """What headway's async and sync connections share: RESP requests, error replies, the fallback.
 
-A script call is an ``EVALSHA`` (or, after NOSCRIPT, an ``EVAL``) written as one
-RESP array: ``REQUEST % (elements, script head, tail)``. The script's head
-(``Script.evalsha_head`` / ``eval_head``) is packed once per script; the tail
+A script call is an ``FCALL`` (or ``EVALSHA``, ``EVAL``: ``_redis.scripts``) written as
+one RESP array: ``REQUEST % (elements, script head, tail)``. The script's head
+(``Script.head``) is packed once per script and way of sending; the tail
 (the key count, the keys, the arguments) once per call, by ``tail``, unless the
 caller packed keys or arguments that many calls share with ``pack_keys`` /
 ``pack``. Values are encoded as redis-py's encoder encodes them.
@@ -98,7 +98,7 @@ def pack_keys(keys: Sequence[str]) -> Packed:
 
 
 def tail(keys: Sequence[str] | Packed, args: Sequence[Arg] | Packed) -> tuple[int, bytes]:
-    """The part of an EVAL/EVALSHA after the script: (the request's elements, packed bytes).
+    """The part of a script call after the script: (the request's elements, packed bytes).
 
     The element count is the whole request's (command and script included), as
     ``REQUEST`` takes it. Keys given as a tuple are packed once and remembered (a
@@ -111,7 +111,7 @@ def tail(keys: Sequence[str] | Packed, args: Sequence[Arg] | Packed) -> tuple[in
         count, packed = len(keys), _packed_keys(keys)
     else:
         count, packed = len(keys), _packed_keys.__wrapped__(tuple(keys))
-    # EVALSHA, the script, the key count, the keys, the arguments.
+    # FCALL (EVALSHA), the function (script), the key count, the keys, the arguments.
     if isinstance(args, Packed):
         return 3 + count + len(args.values), packed + args.data
     return 3 + count + len(args), b"".join([packed, *map(bulk, args)])

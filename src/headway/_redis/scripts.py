@@ -1,13 +1,25 @@
-"""Lua scripts: loaded from ``headway/lua/`` (subfolders too), run with EVALSHA.
+"""Lua scripts: loaded from ``headway/lua/`` (subfolders too), run as Redis functions.
 
-A Redis restart or ``SCRIPT FLUSH`` makes EVALSHA fail with NOSCRIPT; the same
-call then falls back to EVAL (which also caches the script again), so callers
-never see it.
+Each script is also a function library (``FUNCTION LOAD``): the files it includes run
+once, when the library loads, and the script's own body becomes the library's one
+function, called with ``FCALL``. As an ``EVAL`` script the includes would run again
+on every call, defining their local functions and tables afresh (measured in
+``docs/decisions.md``, "Redis functions").
+
+A call goes through stages (``resend_stage``), each tried only when the one before
+failed in a way that says the call did not run:
+
+``FCALL`` -> (Function not found: a new server, ``FUNCTION FLUSH``) ``LOAD``: the
+library is loaded and the same call made in one write -> (a server without functions,
+a user not allowed them, a library it would not load) ``EVALSHA`` -> (NOSCRIPT)
+``EVAL``. A wire that meets a server without functions sends ``EVALSHA`` from then on
+(``functions`` on its owner); redis-py's own path (``run``) always does.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any
@@ -16,7 +28,12 @@ from redis import exceptions as redis_errors
 
 from headway._redis.resp import Arg, bulk
 
-__all__ = ["Script"]
+__all__ = ["EVAL", "EVALSHA", "FCALL", "LOAD", "Script", "load_failed", "resend_stage"]
+
+log = logging.getLogger("headway")
+
+#: How a call is sent, in the order tried (see the module's docstring).
+FCALL, LOAD, EVALSHA, EVAL = range(4)
 
 
 def _source(name: str) -> str:
@@ -38,22 +55,39 @@ class Script:
         functions the main script calls, so one script (one round trip) can combine
         pieces kept in separate files.
         """
-        self._set(name, "\n".join(_source(part) for part in (*include, name)))
+        self._set(name, "\n".join(_source(part) for part in include), _source(name))
 
     @classmethod
     def from_source(cls, name: str, source: str) -> Script:
         """A script from Lua text rather than the package (tests, benchmarks)."""
         script = cls.__new__(cls)
-        script._set(name, source)
+        script._set(name, "", source)
         return script
 
-    def _set(self, name: str, source: str) -> None:
+    def _set(self, name: str, included: str, body: str) -> None:
         self.name = name
-        self.source = source
-        self.sha = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
-        # Packed RESP heads of EVALSHA / EVAL of this script (``_redis.resp.REQUEST``).
-        self.evalsha_head = bulk(b"EVALSHA") + bulk(self.sha)
-        self.eval_head = bulk(b"EVAL") + bulk(source)
+        self.source = f"{included}\n{body}" if included else body
+        self.sha = hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
+        # One library per script text, named after it: a changed script is a new library.
+        self.function = f"headway_{self.sha}"
+        self.library = (
+            f"#!lua name={self.function}\n{included}\n"
+            f"redis.register_function('{self.function}', function(KEYS, ARGV)\n{body}\nend)\n"
+        )
+        # Packed RESP heads of each stage's command (``_redis.resp.REQUEST``).
+        self._heads = {
+            FCALL: bulk(b"FCALL") + bulk(self.function),
+            LOAD: bulk(b"FCALL") + bulk(self.function),
+            EVALSHA: bulk(b"EVALSHA") + bulk(self.sha),
+            EVAL: bulk(b"EVAL") + bulk(self.source),
+        }
+        #: The whole ``FUNCTION LOAD REPLACE`` request, written before the call at ``LOAD``.
+        load: tuple[Arg, ...] = (b"FUNCTION", b"LOAD", b"REPLACE", self.library)
+        self.load_request = b"*4\r\n" + b"".join(map(bulk, load))
+
+    def head(self, stage: int) -> bytes:
+        """The command and script (or function) of a call sent at ``stage``."""
+        return self._heads[stage]
 
     async def run(self, client: Any, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         """Run on a ``redis.asyncio`` client (single node or Cluster)."""
@@ -68,3 +102,29 @@ class Script:
             return client.evalsha(self.sha, len(keys), *keys, *args)
         except redis_errors.NoScriptError:
             return client.eval(self.source, len(keys), *keys, *args)
+
+
+def resend_stage(stage: int, reply: Exception) -> int | None:
+    """The stage to send a call again at, after ``reply`` (an error) at ``stage``.
+
+    None: the error stands (the call ran, or failed for a reason a resend cannot fix).
+    """
+    if stage == EVALSHA:
+        return EVAL if isinstance(reply, redis_errors.NoScriptError) else None
+    if stage == EVAL or not isinstance(reply, redis_errors.ResponseError):
+        return None
+    message = str(reply)
+    if message.startswith("Function not found"):
+        return LOAD if stage == FCALL else EVALSHA
+    words = message.lower()
+    if ("unknown command" in words or "no permissions" in words) and (
+        "fcall" in words or "function" in words
+    ):
+        return EVALSHA
+    return None
+
+
+def load_failed(reply: Any) -> None:
+    """Log a ``FUNCTION LOAD`` refused (its call falls back to ``EVALSHA``)."""
+    if isinstance(reply, Exception):
+        log.warning("Redis did not load headway's function library (%s): using EVALSHA", reply)

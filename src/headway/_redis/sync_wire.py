@@ -1,7 +1,8 @@
 """Script calls from sync code on sockets headway drives itself (``SyncWire``).
 
-Requests are packed and framed as on the async side (``_redis.resp``), and NOSCRIPT
-is recovered on the same call; a socket serves one thread's call at a time (a call,
+Requests are packed and framed as on the async side (``_redis.resp``), sent as
+``FCALL`` and, where needed, again after loading the library or as ``EVALSHA`` /
+``EVAL`` (``_redis.scripts``); a socket serves one thread's call at a time (a call,
 then its reply), so there is nothing to pipeline.
 """
 
@@ -16,7 +17,7 @@ from redis import cluster as redis_cluster
 from redis import exceptions as redis_errors
 
 from headway._redis.resp import REQUEST, Arg, Packed, refused, reply_error, tail, unpacked
-from headway._redis.scripts import Script
+from headway._redis.scripts import EVALSHA, FCALL, LOAD, Script, load_failed, resend_stage
 
 if TYPE_CHECKING:
     from headway._redis.sync_cluster_wire import SyncClusterWire
@@ -29,10 +30,11 @@ _ASKING = b"*1\r\n$6\r\nASKING\r\n"
 class _SyncConnection:
     """One socket taken over from a sync redis-py connection: a call, then its reply."""
 
-    def __init__(self, borrowed: Any) -> None:
+    def __init__(self, borrowed: Any, wire: SyncWire) -> None:
         self.borrowed = borrowed  # kept, so its __del__ closes the socket with it
         self.sock = borrowed._sock
         self.reader = hiredis.Reader(replyError=reply_error)
+        self.wire = wire  # whose ``functions`` says how calls are sent
 
     def call(
         self,
@@ -42,17 +44,27 @@ class _SyncConnection:
         asking: bool = False,
     ) -> Any:
         elements, packed = tail(keys, args)
-        reply = self._round_trip(REQUEST % (elements, script.evalsha_head, packed), asking)
-        if isinstance(reply, redis_errors.NoScriptError):  # EVAL runs it and caches it again
-            reply = self._round_trip(REQUEST % (elements, script.eval_head, packed), asking)
-        return reply
-
-    def _round_trip(self, data: bytes, asking: bool) -> Any:
-        # After a Cluster's ASK, ``ASKING`` goes first in the same write; its +OK is dropped.
-        self.sock.sendall(_ASKING + data if asking else data)
-        if asking:
-            self._reply()
-        return self._reply()
+        stage = FCALL if self.wire.functions else EVALSHA
+        while True:
+            data = REQUEST % (elements, script.head(stage), packed)
+            # After a Cluster's ASK, ``ASKING`` goes right before the call; a library's
+            # load before both. Their replies are read first (a refused load is logged).
+            if asking:
+                data = _ASKING + data
+            if stage == LOAD:
+                data = script.load_request + data
+            self.sock.sendall(data)
+            if stage == LOAD:
+                load_failed(self._reply())
+            if asking:
+                self._reply()
+            reply = self._reply()
+            following = resend_stage(stage, reply) if isinstance(reply, Exception) else None
+            if following is None:
+                return reply
+            if following == EVALSHA:
+                self.wire.functions = False
+            stage = following
 
     def _reply(self) -> Any:
         while (reply := self.reader.gets()) is False:
@@ -85,6 +97,7 @@ class SyncWire:
         self._cluster: SyncClusterWire | None = None
         if isinstance(client, redis_cluster.RedisCluster):
             self._cluster = SyncClusterWire(client, enabled)
+        self.functions = True  # False once the server answered that it runs none
         self.requests = 0
         self._idle: list[_SyncConnection] = []
         self._pid = os.getpid()
@@ -136,7 +149,7 @@ class SyncWire:
             self.enabled = False
             refused(borrowed)
             return None
-        return _SyncConnection(borrowed)
+        return _SyncConnection(borrowed, self)
 
     def close(self) -> None:
         """Close the idle connections (one still in a call closes when it is collected)."""

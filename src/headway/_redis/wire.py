@@ -56,6 +56,7 @@ class Wire:
         self.client = client
         self.loop = loop
         self.supported = True
+        self.functions = True
         self.requests = 0
         self.writes = 0
         self._connection: PipelinedConnection | None = None

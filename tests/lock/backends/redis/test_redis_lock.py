@@ -17,7 +17,8 @@ pytestmark = pytest.mark.anyio
 
 # Commands a client might send on its own (scripts run GET, SET, ZRANGE... inside).
 TOP_LEVEL = {
-    "cmdstat_config|resetstat", "cmdstat_evalsha", "cmdstat_eval", "cmdstat_ping",
+    "cmdstat_config|resetstat", "cmdstat_fcall", "cmdstat_evalsha", "cmdstat_eval",
+    "cmdstat_function|load", "cmdstat_ping",
     "cmdstat_subscribe", "cmdstat_unsubscribe", "cmdstat_client|setinfo", "cmdstat_hello",
     "cmdstat_select", "cmdstat_script|load", "cmdstat_info",
 }  # fmt: skip
@@ -53,9 +54,9 @@ async def test_uncontended_cycle_is_two_round_trips(redis_servers: RedisServers)
     for _ in range(100):
         await lock.release(await lock.acquire())
     calls = {k: v["calls"] for k, v in (await client.info("commandstats")).items()}
-    # Commands run inside scripts are counted too; the client sent only EVALSHAs.
+    # Commands run inside scripts are counted too; the client sent only FCALLs.
     top_level = {k: n for k, n in calls.items() if k in TOP_LEVEL}
-    assert top_level == {"cmdstat_config|resetstat": 1, "cmdstat_evalsha": 200}
+    assert top_level == {"cmdstat_config|resetstat": 1, "cmdstat_fcall": 200}
     await client.aclose()
     redis_servers.stop(server)
 
@@ -95,16 +96,16 @@ async def test_hostile_names_work_and_stay_in_bounded_keys(
     await lock.release(lease)
 
 
-async def test_noscript_after_script_flush_is_recovered(
+async def test_a_flushed_library_is_loaded_again(
     redis_backend: RedisLockBackend, redis_client: aioredis.Redis
 ) -> None:
     lock = Lock(redis_backend, "r", ttl=5)
     lease = await lock.acquire()
-    await redis_client.script_flush()
+    await redis_client.function_flush()
     lease = await lock.extend(lease)
-    await redis_client.script_flush()
+    await redis_client.function_flush()
     await lock.release(lease)
-    await redis_client.script_flush()
+    await redis_client.function_flush()
     await lock.release(await lock.acquire())
 
 

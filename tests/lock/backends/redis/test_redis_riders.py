@@ -71,7 +71,7 @@ async def test_riders_take_one_script_per_grant_in_fifo_order(
     calls = {k: v["calls"] for k, v in (await client.info("commandstats")).items()}
     # Every acquire but the first few rides on a release: one script per grant (plus
     # the few first attempts made before anybody held the lock).
-    assert calls["cmdstat_evalsha"] <= len(grants) + 16
+    assert calls["cmdstat_fcall"] <= len(grants) + 16
     assert sorted(grants.count(n) for n in range(8)) == [50] * 8
     # FIFO: once all eight are in, each grant goes to the task that waited longest.
     assert all(len(set(grants[i : i + 8])) == 8 for i in range(8, len(grants) - 8, 8))

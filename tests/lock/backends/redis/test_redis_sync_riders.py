@@ -75,7 +75,7 @@ def test_sync_riders_take_one_script_per_grant_in_fifo_order(
     assert sorted(grants.count(n) for n in range(6)) == [30] * 6
     # Every acquire but the first few rides on a release: about one script per grant
     # (without riding, two: the release and the releasing thread's next attempt).
-    assert calls["cmdstat_evalsha"] <= len(grants) * 1.2 + 12
+    assert calls["cmdstat_fcall"] <= len(grants) * 1.2 + 12
     # FIFO: each grant goes to the thread that waited longest, so the first round's
     # order repeats exactly to the end.
     assert sorted(grants[:6]) == list(range(6))

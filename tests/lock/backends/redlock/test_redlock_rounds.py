@@ -46,8 +46,8 @@ async def _counters(direct: list[aioredis.Redis], resource: str) -> list[int]:
 @pytest.mark.parametrize(
     ("fencing", "per_node"),
     [
-        (True, {"evalsha": 2, "set": 1, "incr": 1, "get": 1, "del": 1}),
-        (False, {"evalsha": 2, "set": 1, "get": 1, "del": 1}),
+        (True, {"fcall": 2, "set": 1, "incr": 1, "get": 1, "del": 1}),
+        (False, {"fcall": 2, "set": 1, "get": 1, "del": 1}),
     ],
 )
 async def test_a_cycle_is_one_script_call_per_node_each_way(

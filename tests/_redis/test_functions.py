@@ -1,0 +1,151 @@
+"""Script calls as Redis functions: loaded when missing, EVALSHA where functions are refused."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import typing
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from redis import asyncio as aioredis
+
+from headway._redis.scripts import Script
+from headway._redis.sync_wire import SyncWire
+from headway._redis.wire import Wires
+from headway.lock.backends.redis import keys as lock_scripts
+from headway.lock.backends.redlock import backend as redlock
+from headway.ratelimit.algorithms import ALGORITHMS, Algorithm, PolicySet
+from headway.ratelimit.backends import redis_scripts
+from headway.ratelimit.backends.redis_scripts import decide_script, lease_script
+from headway.ratelimit.lease_model import LEASED_KINDS
+from headway.ratelimit.policies import Policy
+from tests.servers import RedisServers, Server
+
+pytestmark = [pytest.mark.anyio, pytest.mark.redis]
+
+INCR = Script.from_source("incr", "return redis.call('INCR', KEYS[1])")
+# Included code runs once, when the library loads: a call sees what earlier calls left.
+COUNTER = Script.__new__(Script)
+COUNTER._set("counter", "local calls = 0", "calls = calls + 1 return calls")
+
+
+@pytest.fixture
+def server(redis_servers: RedisServers) -> Iterator[Server]:
+    """A server of our own: its functions, scripts and users are changed here."""
+    server = redis_servers.start()
+    try:
+        yield server
+    finally:
+        redis_servers.stop(server)
+
+
+def _user(server: Server, *rules: str) -> None:
+    admin = redis.Redis(port=server.port)
+    admin.acl_setuser("app", enabled=True, nopass=True, keys=["*"], commands=["+@all", *rules])
+    admin.close()
+
+
+def _commands(server: Server) -> dict[str, int]:
+    admin = redis.Redis(port=server.port)
+    stats = admin.info("commandstats")
+    admin.close()
+    sent = ("fcall", "function|load", "evalsha", "eval")
+    calls = {c: stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in sent}
+    return {c: n for c, n in calls.items() if n}  # a refused command counts no call
+
+
+async def test_a_call_is_an_fcall_and_a_flushed_library_is_loaded_on_the_same_call(
+    server: Server,
+) -> None:
+    client = aioredis.Redis(port=server.port)
+    wires = Wires(client)
+    assert await wires.call(INCR, ["n"], []) == 1  # not found, loaded, called again
+    await client.function_flush()
+    assert await asyncio.gather(*(wires.call(INCR, ["n"], []) for _ in range(5))) == [2, 3, 4, 5, 6]
+    assert await wires.call(INCR, ["n"], []) == 7
+    assert wires.wire().functions
+    # 7 calls, each found its function but the first and the five after the flush.
+    assert _commands(server) == {"fcall": 7 + 6, "function|load": 6}
+    libraries = await client.function_list()  # [[b"library_name", name, ...]]
+    assert [library[1] for library in libraries] == [INCR.function.encode()]
+    await wires.aclose()
+    await client.aclose()
+
+
+async def test_included_code_runs_once_per_load(server: Server) -> None:
+    client = aioredis.Redis(port=server.port)
+    wires = Wires(client)
+    assert [await wires.call(COUNTER, [], []) for _ in range(3)] == [1, 2, 3]
+    await wires.aclose()
+    await client.aclose()
+
+
+async def test_without_functions_calls_are_evalshas(server: Server) -> None:
+    _user(server, "-fcall", "-function")
+    client = aioredis.Redis(port=server.port, username="app")
+    wires = Wires(client)
+    assert await wires.call(INCR, ["n"], []) == 1  # FCALL refused, EVALSHA: NOSCRIPT, EVAL
+    assert not wires.wire().functions
+    await client.script_flush()
+    assert await asyncio.gather(*(wires.call(INCR, ["n"], []) for _ in range(3))) == [2, 3, 4]
+    assert _commands(server) == {"evalsha": 4, "eval": 4}
+    await wires.aclose()
+    await client.aclose()
+
+
+def test_sync_calls_load_the_library_or_fall_back(
+    server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = redis.Redis(port=server.port)
+    wire = SyncWire(client)
+    assert wire.call(INCR, ["n"], []) == 1
+    client.function_flush()
+    assert wire.call(INCR, ["n"], []) == 2
+    assert wire.functions
+    assert _commands(server) == {"fcall": 4, "function|load": 2}
+    wire.close()
+    # A user who may call functions but not load them: the refused load is logged.
+    _user(server, "-function|load")
+    client.function_flush()
+    refused = SyncWire(redis.Redis(port=server.port, username="app"))
+    with caplog.at_level(logging.WARNING, logger="headway"):
+        assert refused.call(INCR, ["n"], []) == 3
+    assert not refused.functions
+    assert "did not load headway's function library" in caplog.text
+    refused.close()
+    client.close()
+
+
+def _policy(algorithm: Algorithm) -> Policy:
+    hints = typing.get_type_hints(algorithm.policy)
+    fields = [f.name for f in dataclasses.fields(algorithm.policy) if f.name != "on_error"]
+    values: list[Any] = [1.0 if hints[name] is float else 1 for name in fields]
+    return algorithm.policy(*values)
+
+
+def _every_script() -> list[Script]:
+    """Every script headway sends: locks, permits, and each algorithm's decide and lease."""
+    scripts = [
+        getattr(module, name)
+        for module in (lock_scripts, redlock, redis_scripts)
+        for name in dir(module)
+        if isinstance(getattr(module, name), Script)
+    ]
+    policies = [_policy(a) for a in ALGORITHMS]
+    leased = [_policy(a) for a in ALGORITHMS if a.kind in LEASED_KINDS]
+    scripts += [decide_script([p]) for p in policies] + [decide_script(policies)]
+    scripts += [lease_script(PolicySet([p])) for p in leased] + [lease_script(PolicySet(leased))]
+    return scripts
+
+
+def test_every_script_loads_as_a_library(server: Server) -> None:
+    client = redis.Redis(port=server.port)
+    scripts = _every_script()
+    assert len(scripts) >= 15
+    for script in scripts:
+        assert client.function_load(script.library, replace=True) == script.function.encode()
+    client.close()
