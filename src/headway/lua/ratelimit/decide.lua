@@ -2,7 +2,7 @@
 -- INCLUDES  clock.lua (server_now_us), ratelimit/common.lua, then the fragments (ratelimit/<algorithm>.lua) of just
 --           the algorithms the call's policies use (one script per combination), so a
 --           call defines no more than it runs.
--- NEEDS     from clock: server_now_us; from common: ttl_ms, and `algorithms` as the fragments fill it.
+-- NEEDS     from common: call_clock, ttl_ms, and `algorithms` as the fragments fill it.
 -- KEYS     every key shares one hash tag. KEYS[1] holds the string states of all the
 --          policies that keep one (all but sliding logs), in policy order, joined by
 --          '|': one GET and one SET per decision however many policies, as every
@@ -19,14 +19,7 @@
 -- Returns {allowed, then per policy: ok, remaining, reset_us, retry_us}, where
 -- allowed is 1 when every policy admits; remaining and reset_us are after the
 -- charge when one was made; retry_us is 0 for a policy that admits.
-local now, grace_ms
-if ARGV[1] == '' then
-  now = server_now_us()
-  grace_ms = 0
-else
-  now = ARGV[1] + 0
-  grace_ms = 60000
-end
+local now, grace_ms = call_clock(ARGV[1])
 local cost = ARGV[2] + 0
 local peek = ARGV[3] == '1'
 local n = (#ARGV - 3) / 3

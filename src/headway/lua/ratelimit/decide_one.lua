@@ -4,7 +4,7 @@
 -- keys and results, splitting and joining the string key, the loop over policies.
 -- INCLUDES  clock.lua (server_now_us), ratelimit/common.lua, then the fragment
 --           (ratelimit/<algorithm>.lua) of the policy's algorithm (one script per kind).
--- NEEDS     from clock: server_now_us; from common: ttl_ms, and `algorithms` as the fragment
+-- NEEDS     from common: call_clock, ttl_ms, and `algorithms` as the fragment
 --           fills it.
 -- KEYS[1]  the policy's state: its string (algorithms with string_state), else its own key
 -- ARGV[1]  now: "" reads the server's TIME (always, in production); an integer number of
@@ -15,14 +15,7 @@
 -- ARGV[4..6]  kind, a, b of the policy (kind is implied by the fragment included)
 -- Returns {allowed, ok, remaining, reset_us, retry_us} (allowed = ok): remaining and
 -- reset_us are after the charge when one was made; retry_us is 0 when it admits.
-local now, grace_ms
-if ARGV[1] == '' then
-  now = server_now_us()
-  grace_ms = 0
-else
-  now = ARGV[1] + 0
-  grace_ms = 60000
-end
+local now, grace_ms = call_clock(ARGV[1])
 -- The only algorithm registered, as one fragment is included: ARGV[4] is its kind.
 local _, algorithm = next(algorithms)
 local key = KEYS[1]

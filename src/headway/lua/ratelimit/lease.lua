@@ -2,7 +2,7 @@
 -- all-or-nothing, after giving back a previous lease's unspent units.
 -- INCLUDES  clock.lua (server_now_us), ratelimit/common.lua, the fragments of the
 --           call's algorithms, then ratelimit/leasing.lua.
--- NEEDS     from clock: server_now_us; from common: idiv, ttl_ms, `algorithms`; from
+-- NEEDS     from common: call_clock, idiv, ttl_ms, `algorithms`; from
 --           leasing: `leasing`.
 -- KEYS[1]   the string states of all the policies, joined by '|' in policy order
 --           (the key and format of ratelimit/decide.lua; no sliding logs here)
@@ -23,14 +23,7 @@
 -- when cost is 0.
 -- Cut as the decide scripts were (docs/decisions.md): numbers by arithmetic (`s + 0`),
 -- no tables but one per policy's check, the key's TTL kept while it covers the states.
-local now, grace_ms
-if ARGV[1] == '' then
-  now = server_now_us()
-  grace_ms = 0
-else
-  now = ARGV[1] + 0
-  grace_ms = 60000
-end
+local now, grace_ms = call_clock(ARGV[1])
 local key = KEYS[1]
 local cost, back = ARGV[2] + 0, ARGV[6] + 0
 local n = (#ARGV - 6) / 4
