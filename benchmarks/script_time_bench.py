@@ -23,7 +23,9 @@ by ±20 %.
 
 The floors are functions called with the arguments of headway's one-policy call:
 ``return 1``, ``TIME`` alone, ``TIME`` + ``GET``, ``TIME`` + ``GET`` + ``SET KEEPTTL``
-(a fixed window's commands) or ``SET PX``.
+(a fixed window's commands) or ``SET PX``, and ``TIME`` + ``ZCARD`` + a one-entry
+``ZRANGE`` on a log of 10 entries (the least a sliding-log refusal with its remaining
+and retry-after reads).
 """
 
 from __future__ import annotations
@@ -77,13 +79,17 @@ def _nothing() -> None:
 # --- floors ---------------------------------------------------------------------------
 
 
-def _floor(body: str) -> Factory:
+def _floor(body: str, log: bool = False) -> Factory:
     """A script of ``body`` called as headway calls its scripts (a Redis function), with
-    the keys and arguments of a one-policy decision."""
+    the keys and arguments of a one-policy decision; ``log``: its key a sliding log of
+    10 entries (what the ``rejected`` scenario's holds)."""
 
     def factory(generous: bool, url: str) -> tuple[Decide, Callable[[], None]]:
         client = redis.Redis.from_url(url)
         wire, script = SyncWire(client), Script.from_source("floor", body)
+        if log:
+            stamps = {f"{10**15 + i}:{i}": 10**15 + i for i in range(LOW)}
+            client.zadd("headway:{k}:rl", stamps)
 
         def decide(key: str) -> bool:
             return bool(wire.call(script, ["headway:{" + key + "}:rl"], ["", 1, 0, 1, 10, 1000]))
@@ -103,6 +109,12 @@ FLOORS: dict[str, Factory] = {
     ),
     "floor: TIME+GET+SET PX": _floor(
         GET + "redis.call('SET', KEYS[1], '1:2', 'PX', 1000) return 1"
+    ),
+    # The least a sliding-log refusal reporting remaining and retry-after reads.
+    "floor: TIME+ZCARD+ZRANGE": _floor(
+        "redis.call('TIME') redis.call('ZCARD', KEYS[1]) "
+        "redis.call('ZRANGE', KEYS[1], 0, 0) return 1",
+        log=True,
     ),
 }
 
