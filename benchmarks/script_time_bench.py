@@ -23,9 +23,10 @@ by ±20 %.
 
 The floors are functions called with the arguments of headway's one-policy call:
 ``return 1``, ``TIME`` alone, ``TIME`` + ``GET``, ``TIME`` + ``GET`` + ``SET KEEPTTL``
-(a fixed window's commands) or ``SET PX``, and ``TIME`` + ``ZCARD`` + a one-entry
-``ZRANGE`` on a log of 10 entries (the least a sliding-log refusal with its remaining
-and retry-after reads).
+(a fixed window's commands) or ``SET PX``; a sliding log's admission (its five
+commands, nothing else: the ``hot`` row is the one that means something); and ``TIME`` +
+``ZCARD`` + a one-entry ``ZRANGE`` on a log of 10 entries (the least a sliding-log
+refusal with its remaining and retry-after reads).
 """
 
 from __future__ import annotations
@@ -109,6 +110,13 @@ FLOORS: dict[str, Factory] = {
     ),
     "floor: TIME+GET+SET PX": _floor(
         GET + "redis.call('SET', KEYS[1], '1:2', 'PX', 1000) return 1"
+    ),
+    # A sliding log's admission: its commands alone (members as numbers, no reply).
+    "floor: TIME+ZREMRANGEBYSCORE+ZCARD+ZADD+PTTL": _floor(
+        "local t = redis.call('TIME') local now = t[1] * 1000000 + t[2] "
+        "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 1000000) "
+        "redis.call('ZCARD', KEYS[1]) redis.call('ZADD', KEYS[1], now, now) "
+        "redis.call('PTTL', KEYS[1]) return 1"
     ),
     # The least a sliding-log refusal reporting remaining and retry-after reads.
     "floor: TIME+ZCARD+ZRANGE": _floor(
