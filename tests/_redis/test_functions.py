@@ -13,17 +13,30 @@ import pytest
 import redis
 from redis import asyncio as aioredis
 
+from headway import (
+    Concurrency,
+    ConcurrencyLimiter,
+    FixedWindow,
+    Lock,
+    RateLimiter,
+    RedisLockBackend,
+    RedisRateLimitBackend,
+    Source,
+)
 from headway._redis.scripts import Script
 from headway._redis.sync_wire import SyncWire
 from headway._redis.wire import Wires
 from headway.lock.backends.redis import keys as lock_scripts
+from headway.lock.backends.redis.keys import lock_keys
 from headway.lock.backends.redlock import backend as redlock
 from headway.ratelimit.algorithms import ALGORITHMS, Algorithm, PolicySet
 from headway.ratelimit.backends import redis_scripts
 from headway.ratelimit.backends.redis_scripts import decide_script, lease_script
 from headway.ratelimit.lease_model import LEASED_KINDS
 from headway.ratelimit.policies import Policy
+from headway.ratelimit.slots import slot_key
 from tests.servers import RedisServers, Server
+from tests.windows import NO_ROLLOVER
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 
@@ -68,8 +81,9 @@ async def test_a_call_is_an_fcall_and_a_flushed_library_is_loaded_on_the_same_ca
     assert await asyncio.gather(*(wires.call(INCR, ["n"], []) for _ in range(5))) == [2, 3, 4, 5, 6]
     assert await wires.call(INCR, ["n"], []) == 7
     assert wires.wire().functions
-    # 7 calls, each found its function but the first and the five after the flush.
-    assert _commands(server) == {"fcall": 7 + 6, "function|load": 6}
+    # 7 calls, each found its function but the first and the five after the flush; the
+    # five in flight together loaded the library once.
+    assert _commands(server) == {"fcall": 7 + 6, "function|load": 2}
     libraries = await client.function_list()  # [[b"library_name", name, ...]]
     assert [library[1] for library in libraries] == [INCR.function.encode()]
     await wires.aclose()
@@ -149,3 +163,54 @@ def test_every_script_loads_as_a_library(server: Server) -> None:
     for script in scripts:
         assert client.function_load(script.library, replace=True) == script.function.encode()
     client.close()
+
+
+async def test_an_error_inside_a_function_is_raised_and_the_call_not_sent_again(
+    server: Server,
+) -> None:
+    # ACL refuses the script's TIME after its SET ran: sent again, the SET would run twice.
+    _user(server, "-time")
+    client = aioredis.Redis(port=server.port, username="app")
+    wires = Wires(client)
+    counting = Script.from_source("counting", "redis.call('INCR', KEYS[1]) redis.call('TIME')")
+    # Redis 7.0: "The user executing the script can't run this command ... script: ...";
+    # 7.2: "ACL failure in script: ... no permissions ..." (``test_scripts.py`` has both).
+    with pytest.raises(redis.ResponseError, match="@user_function"):
+        await wires.call(counting, ["n"], [])
+    assert wires.wire().functions
+    assert await client.get("n") == b"1"
+    assert "evalsha" not in _commands(server)
+    await wires.aclose()
+    await client.aclose()
+
+
+async def test_out_of_memory_locks_and_slots_are_still_given_back(
+    redis_servers: RedisServers,
+) -> None:
+    server = redis_servers.start("--maxmemory", "4mb", "--maxmemory-policy", "noeviction")
+    client = aioredis.Redis(port=server.port)
+    lock = Lock(RedisLockBackend(client), "oom", ttl=5)
+    concurrency = Concurrency(2, ttl=5.0)
+    slots = ConcurrencyLimiter(concurrency, backend=RedisRateLimitBackend(client))
+    limiter = RateLimiter(FixedWindow(10, NO_ROLLOVER), backend=RedisRateLimitBackend(client))
+    try:
+        # Every library loaded first: a load refused out of memory falls back to EVALSHA.
+        await lock.release(await lock.extend(await lock.acquire()))
+        await slots.release(await slots.acquire("w"))
+        lease = await lock.acquire()
+        slot = await slots.acquire("k")
+        filler = b"x" * 10_000
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            for i in range(10_000):
+                await client.set(f"fill{i}", filler)
+        # Out of memory: a decision fails open (the policy's on_error), nothing raises...
+        assert (await limiter.hit("k")).source is Source.FAILED_OPEN
+        # ...and what frees memory still runs: a lock extended and released, a slot back.
+        lease = await lock.extend(lease)
+        await lock.release(lease)
+        await slots.release(slot)
+        assert not await client.exists(lock_keys("oom").owner)
+        assert await client.zcard(slot_key("k", concurrency)) == 0
+    finally:
+        await client.aclose()
+        redis_servers.stop(server)

@@ -6,6 +6,7 @@ the same microseconds; every reply must be identical.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Sequence
 
@@ -105,21 +106,23 @@ def test_the_one_policy_script_matches_the_general_one(
     general = Script("ratelimit/decide", include=include)
     assert one.name == "ratelimit/decide_one"
     run = next(_run)
-    wire = SyncWire(sync_redis_client)
-    now = EPOCH_US + start
-    for step, key_index, cost, peek in calls:
-        now += step
-        cost = min(cost, policy.limit)
-        replies = []
-        for script in (one, general):
-            keys, args = decide_call(f"{script.name}-{run}-{key_index}", [policy], cost, peek, now)
-            if script is one:
-                reply = wire.call(script, keys, args)
-            else:
-                reply = script.run_sync(sync_redis_client, keys, args)
-            replies.append((reply, keys[0]))
-        (mine, my_key), (theirs, their_key) = replies
-        assert mine == theirs, (policy, now, cost, peek)
-        assert _stored(sync_redis_client, my_key) == _stored(sync_redis_client, their_key)
-        # Both keys live while their state matters (from the test clock, with its grace).
-        assert (sync_redis_client.pttl(my_key) > 0) is (sync_redis_client.pttl(their_key) > 0)
+    with contextlib.closing(SyncWire(sync_redis_client)) as wire:
+        now = EPOCH_US + start
+        for step, key_index, cost, peek in calls:
+            now += step
+            cost = min(cost, policy.limit)
+            replies = []
+            for script in (one, general):
+                keys, args = decide_call(
+                    f"{script.name}-{run}-{key_index}", [policy], cost, peek, now
+                )
+                if script is one:
+                    reply = wire.call(script, keys, args)
+                else:
+                    reply = script.run_sync(sync_redis_client, keys, args)
+                replies.append((reply, keys[0]))
+            (mine, my_key), (theirs, their_key) = replies
+            assert mine == theirs, (policy, now, cost, peek)
+            assert _stored(sync_redis_client, my_key) == _stored(sync_redis_client, their_key)
+            # Both keys live while their state matters (from the test clock, with its grace).
+            assert (sync_redis_client.pttl(my_key) > 0) is (sync_redis_client.pttl(their_key) > 0)

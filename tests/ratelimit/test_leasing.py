@@ -110,7 +110,9 @@ async def test_leases_shrink_as_the_quota_runs_out(own_client: aioredis.Redis) -
     while remaining:  # one call per lease: a quarter of what remains, at least one unit
         remaining -= grant(remaining, 1, leasing.chunk, leasing.permille)
         expected += 1
-    assert (await limiter.hit("warm")).allowed  # the script is loaded (NOSCRIPT, then EVAL)
+    assert (
+        await limiter.hit("warm")
+    ).allowed  # the library is loaded (Function not found, then loaded)
     before = await _scripts_run(own_client)
     assert all([(await limiter.hit("k")).allowed for _ in range(100)])
     assert await _scripts_run(own_client) - before == expected

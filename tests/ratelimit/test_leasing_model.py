@@ -9,6 +9,7 @@ admits, buckets keep their bound on the times units are actually spent.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from collections.abc import Sequence
@@ -69,26 +70,30 @@ def replay(
     calls: Sequence[Step],
 ) -> None:
     ps = PolicySet(policies)
-    wire = SyncWire(client)  # the script as production calls it (a Redis function)
+    # The script as production calls it (a Redis function).
+    wire = SyncWire(client)
     store = MemoryRateLimitBackend()._store  # the model, called as the backend calls it
     run, now = next(_run), EPOCH_US + start
     limit = min(p.limit for p in ps)
     last: dict[str, list[int]] = {}
-    for step, key_index, cost, giving in calls:
-        now += step
-        key = f"lease-{run}-{key_index}"
-        previous = last.get(key)
-        back: tuple[int, list[int]] = (0, [])
-        if previous is not None and previous[0] > 0 and giving != "none":
-            units = previous[0] if giving == "all" else 1
-            back = (units, [previous[7 + 7 * i] for i in range(len(ps))])
-        cost = min(cost, limit)
-        expected = store.lease(key, ps, cost, leasing, back, now)
-        keys, args = lease_call(key, ps, cost, leasing, back, now)
-        actual = wire.call(lease_script(ps), keys, args)
-        assert actual == expected, (ps, leasing, now, key, cost, back)
-        if expected[0]:
-            last[key] = expected
+    try:
+        for step, key_index, cost, giving in calls:
+            now += step
+            key = f"lease-{run}-{key_index}"
+            previous = last.get(key)
+            back: tuple[int, list[int]] = (0, [])
+            if previous is not None and previous[0] > 0 and giving != "none":
+                units = previous[0] if giving == "all" else 1
+                back = (units, [previous[7 + 7 * i] for i in range(len(ps))])
+            cost = min(cost, limit)
+            expected = store.lease(key, ps, cost, leasing, back, now)
+            keys, args = lease_call(key, ps, cost, leasing, back, now)
+            actual = wire.call(lease_script(ps), keys, args)
+            assert actual == expected, (ps, leasing, now, key, cost, back)
+            if expected[0]:
+                last[key] = expected
+    finally:
+        wire.close()
 
 
 @pytest.mark.redis
@@ -144,7 +149,8 @@ def test_a_lease_leaves_the_key_a_ttl_covering_its_states(
         time.sleep(pause)
         sent = time.monotonic()
         keys, args = lease_call(key, ps, 1, leasing, (0, []), None)
-        reply = SyncWire(sync_redis_client).call(lease_script(ps), keys, args)
+        with contextlib.closing(SyncWire(sync_redis_client)) as wire:
+            reply = wire.call(lease_script(ps), keys, args)
         pttl_ms = sync_redis_client.pttl(keys[0])
         elapsed_ms = (time.monotonic() - sent) * 1000
         checked.append(reply[0] > 0)

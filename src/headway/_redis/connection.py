@@ -7,8 +7,9 @@
   first in, first out; hiredis parses them.
 - A call is an ``FCALL`` of the script's function; "Function not found" (a new
   server, ``FUNCTION FLUSH``) is answered by loading the library and sending the same
-  call again in one write, and a server without functions by ``EVALSHA`` (then
-  ``EVAL`` after NOSCRIPT), on the same call (``_redis.scripts``).
+  call again in one write (the calls in flight with it go after that one load), and a
+  server without functions by ``EVALSHA`` (then ``EVAL`` after NOSCRIPT), on the same
+  call (``_redis.scripts``).
 - A caller that stops waiting (cancelled, out of time) does not lose its reply:
   the call's ``orphan`` callback gets it, so a lock granted to a caller who gave
   up can be released again. A call, once written, is never taken back.
@@ -38,7 +39,15 @@ import hiredis
 from redis import exceptions as redis_errors
 
 from headway._redis.resp import REQUEST, reply_error
-from headway._redis.scripts import EVALSHA, FCALL, LOAD, Script, load_failed, resend_stage
+from headway._redis.scripts import (
+    EVALSHA,
+    FCALL,
+    LOAD,
+    Script,
+    functions_refused,
+    load_failed,
+    resend_stage,
+)
 
 __all__ = ["Orphan", "Owner", "PipelinedConnection", "ScriptCall", "orphaned", "take_over"]
 
@@ -50,6 +59,8 @@ Orphan = Callable[[Any], object]
 #: Error replies that say where a Cluster call should have gone (it did not run).
 REDIRECTS = (redis_errors.AskError, redis_errors.TryAgainError)  # MovedError is an AskError
 _ASKING = b"*1\r\n$6\r\nASKING\r\n"
+# The stage of a marker taking a FUNCTION LOAD's reply (a call's stages are >= 0).
+_LOAD_REPLY = -2
 
 
 class Owner(Protocol):
@@ -133,6 +144,9 @@ class PipelinedConnection(asyncio.Protocol):
         self.pending: deque[ScriptCall] = deque()
         self.out: list[bytes] = []
         self.lost = False
+        # Scripts whose library load is written and not answered yet: a call that found
+        # no function goes after it rather than loading the library again.
+        self.loading: set[Script] = set()
 
     def send(self, call: ScriptCall) -> None:
         if call.stage < 0:
@@ -142,9 +156,10 @@ class PipelinedConnection(asyncio.Protocol):
         # right before the call it is for, the library's load before both.
         if call.asking:
             data = _ASKING + data
-        if call.stage == LOAD:
+        if call.stage == LOAD and call.script not in self.loading:
+            self.loading.add(call.script)
             data = call.script.load_request + data
-            self.pending.append(_marker(self.loop, _LOADING))
+            self.pending.append(_marker(self.loop, call.script, _LOAD_REPLY))
         if call.asking:
             self.pending.append(_marker(self.loop, _NEVER_SENT))
         self.wire.requests += 1
@@ -217,13 +232,15 @@ class PipelinedConnection(asyncio.Protocol):
             self._settle(self.pending.popleft(), reply)
 
     def _settle(self, call: ScriptCall, reply: Any) -> None:
-        if call.script is _LOADING:
-            load_failed(reply)
+        if call.stage == _LOAD_REPLY:
+            self.loading.discard(call.script)
+            if load_failed(reply):
+                self.wire.functions = False
             return
         if isinstance(reply, Exception) and call.stage >= 0:
             stage = resend_stage(call.stage, reply)
             if stage is not None:  # the call did not run: send it the next way
-                if stage == EVALSHA:
+                if functions_refused(reply):
                     self.wire.functions = False
                 call.stage = stage
                 self.send(call)
@@ -265,19 +282,19 @@ class PipelinedConnection(asyncio.Protocol):
         return False  # close our end too: connection_lost follows
 
 
-def _marker(loop: asyncio.AbstractEventLoop, kind: Script) -> ScriptCall:
-    # Stands for the reply to ASKING or FUNCTION LOAD in the FIFO: settled already, so
-    # its reply is dropped (a refused load is logged).
+def _marker(loop: asyncio.AbstractEventLoop, script: Script, stage: int = -1) -> ScriptCall:
+    # Stands for the reply to ASKING, or to a FUNCTION LOAD of ``script`` (``_LOAD_REPLY``),
+    # in the FIFO: settled already, so its reply is dropped (a refused load is logged).
     future = loop.create_future()
     future.set_result(None)
-    marker = ScriptCall(future, kind, 0, b"", None, None)
+    marker = ScriptCall(future, script, 0, b"", None, None)
     marker.sent = loop.time()
+    marker.stage = stage
     return marker
 
 
-# Markers' scripts: a ScriptCall needs one, and a marker is never written.
+# The ASKING marker's script: a ScriptCall needs one, and a marker is never written.
 _NEVER_SENT = Script.from_source("asking-marker", "return 0")
-_LOADING = Script.from_source("load-marker", "return 0")
 
 
 def orphaned(orphan: Orphan, reply: Any) -> None:

@@ -14,6 +14,8 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
     redis_errors.TimeoutError,
     redis_errors.ClusterError,
     redis_errors.TryAgainError,
+    # Out of memory (maxmemory, noeviction): refused before it ran, as it cannot serve.
+    redis_errors.OutOfMemoryError,
     OSError,
     TimeoutError,
 )

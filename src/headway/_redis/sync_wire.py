@@ -17,7 +17,15 @@ from redis import cluster as redis_cluster
 from redis import exceptions as redis_errors
 
 from headway._redis.resp import REQUEST, Arg, Packed, refused, reply_error, tail, unpacked
-from headway._redis.scripts import EVALSHA, FCALL, LOAD, Script, load_failed, resend_stage
+from headway._redis.scripts import (
+    EVALSHA,
+    FCALL,
+    LOAD,
+    Script,
+    functions_refused,
+    load_failed,
+    resend_stage,
+)
 
 if TYPE_CHECKING:
     from headway._redis.sync_cluster_wire import SyncClusterWire
@@ -54,15 +62,15 @@ class _SyncConnection:
             if stage == LOAD:
                 data = script.load_request + data
             self.sock.sendall(data)
-            if stage == LOAD:
-                load_failed(self._reply())
+            if stage == LOAD and load_failed(self._reply()):
+                self.wire.functions = False
             if asking:
                 self._reply()
             reply = self._reply()
             following = resend_stage(stage, reply) if isinstance(reply, Exception) else None
             if following is None:
                 return reply
-            if following == EVALSHA:
+            if functions_refused(reply):
                 self.wire.functions = False
             stage = following
 

@@ -2,7 +2,7 @@
 
 redis-py's asyncio client spends about 100 µs of client CPU per command on a small
 VM (pool checkout, packing, a timeout scope, its stream reader): on loopback that
-is two to three times the round trip itself. Our hot commands are all EVALSHAs of
+is two to three times the round trip itself. Our hot commands are all calls of
 a handful of scripts, so they go over one connection per client and event loop
 that we drive ourselves: redis-py opens it (URL, TLS, AUTH, HELLO, SELECT stay its
 business), then the ``PipelinedConnection`` of ``_redis.connection`` takes the
@@ -49,7 +49,7 @@ class Wire:
     """Script calls on one client and event loop over one pipelined connection.
 
     ``requests`` and ``writes`` count the calls sent and the socket writes that
-    carried them (NOSCRIPT reloads included), for tests and benchmarks.
+    carried them (library loads and NOSCRIPT resends included), for tests and benchmarks.
     """
 
     def __init__(self, client: Any, loop: asyncio.AbstractEventLoop) -> None:

@@ -1,13 +1,13 @@
 """The Redis rate-limit backend (single node or Cluster), async and sync shells.
 
-A decision is one EVALSHA of ``ratelimit/decide.lua`` (or ``decide_one.lua``), preceded
+A decision is one call of ``ratelimit/decide.lua`` (or ``decide_one.lua``), preceded
 by the library script and the fragments of the algorithms its policies use
-(``redis_scripts.decide_script``), NOSCRIPT recovered on the same call;
-``decision_from_reply`` reads its reply. A lease is one EVALSHA of
-``ratelimit/lease.lua``. The async shell keeps, per policy set, the script and its
-packed arguments (``redis_scripts.Packing``), so a decision on headway's connection
-packs nothing twice.
-Concurrency slots (the permits of ``ratelimit.permits``) are one EVALSHA of
+(``redis_scripts.decide_script``): an ``FCALL`` of its function, the library loaded on
+the same call when missing (``_redis.scripts``); ``decision_from_reply`` reads its
+reply. A lease is one call of ``ratelimit/lease.lua``. The async shell keeps, per
+policy set, the script and its packed arguments (``redis_scripts.Packing``), so a
+decision on headway's connection packs nothing twice.
+Concurrency slots (the permits of ``ratelimit.permits``) are one call of
 ``lua/permits/*.lua`` per acquire, release or renewal.
 """
 
@@ -100,7 +100,7 @@ class RedisRateLimitBackend:
         *,
         now_us: int | None = None,
     ) -> Decision:
-        """Decide (see ``RateLimitBackend.decide``): one EVALSHA."""
+        """Decide (see ``RateLimitBackend.decide``): one script call."""
         script: Script
         keys: Sequence[str]
         args: Sequence[int | str] | Packed
@@ -147,7 +147,7 @@ class RedisRateLimitBackend:
         *,
         now_us: int | None = None,
     ) -> list[int]:
-        """Lease quota (see ``LeasingBackend.lease``): one EVALSHA of ``ratelimit/lease.lua``."""
+        """Lease quota (see ``LeasingBackend.lease``): one call of ``ratelimit/lease.lua``."""
         script: Script | None
         keys: Sequence[str]
         args: Sequence[int | str] | Packed
@@ -193,7 +193,7 @@ class RedisRateLimitBackend:
             raise unavailable(exc) from exc
 
     async def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
-        """Take a concurrency slot (see ``ConcurrencyBackend``): one EVALSHA."""
+        """Take a concurrency slot (see ``ConcurrencyBackend``): one script call."""
         args = [token, policy.limit, policy.ttl_ms]
 
         def orphan(reply: Any) -> None:  # granted to a caller who gave up: give it back
@@ -249,7 +249,7 @@ class SyncRedisRateLimitBackend:
         *,
         now_us: int | None = None,
     ) -> Decision:
-        """Decide (see ``RateLimitBackend.decide``): one EVALSHA."""
+        """Decide (see ``RateLimitBackend.decide``): one script call."""
         keys, args = decide_call(key, policies, cost, peek, now_us)
         try:
             reply = self._wire.call(decide_script(policies), keys, args)
@@ -267,7 +267,7 @@ class SyncRedisRateLimitBackend:
         *,
         now_us: int | None = None,
     ) -> list[int]:
-        """Lease quota (see ``LeasingBackend.lease``): one EVALSHA of ``ratelimit/lease.lua``."""
+        """Lease quota (see ``LeasingBackend.lease``): one call of ``ratelimit/lease.lua``."""
         keys, args = lease_call(key, policies, cost, leasing, back, now_us)
         try:
             reply = self._wire.call(lease_script(policies), keys, args)
@@ -289,7 +289,7 @@ class SyncRedisRateLimitBackend:
             raise unavailable(exc) from exc
 
     def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
-        """Take a concurrency slot (see ``ConcurrencyBackend``): one EVALSHA."""
+        """Take a concurrency slot (see ``ConcurrencyBackend``): one script call."""
         args = [token, policy.limit, policy.ttl_ms]
         return Grant.from_reply(self._slot(SLOT_ACQUIRE, key, policy, args))
 

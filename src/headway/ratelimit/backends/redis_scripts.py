@@ -32,8 +32,9 @@ __all__ = [
 _DECIDE: dict[tuple[bool, tuple[int, ...]], Script] = {}
 _LEASE: dict[tuple[int, ...], Script] = {}
 SLOT_ACQUIRE = Script("permits/acquire", include=("clock",))
-SLOT_RELEASE = Script("permits/release", include=("clock",))
-SLOT_EXTEND = Script("permits/extend", include=("clock",))
+# Giving a slot back (or keeping it) must work on a Redis out of memory: ``allow_oom``.
+SLOT_RELEASE = Script("permits/release", include=("clock",), allow_oom=True)
+SLOT_EXTEND = Script("permits/extend", include=("clock",), allow_oom=True)
 
 
 def decide_script(policies: Sequence[Policy]) -> Script:

@@ -35,9 +35,10 @@ __all__ = [
 
 _HANDOFF = ("clock", "lock/handoff")
 ACQUIRE = Script("lock/acquire", include=_HANDOFF)
-RELEASE = Script("lock/release", include=_HANDOFF)
-EXTEND = Script("lock/extend")
-LEAVE = Script("lock/leave", include=_HANDOFF)
+# Giving a lock back (or keeping it) must work on a Redis out of memory: ``allow_oom``.
+RELEASE = Script("lock/release", include=_HANDOFF, allow_oom=True)
+EXTEND = Script("lock/extend", allow_oom=True)
+LEAVE = Script("lock/leave", include=_HANDOFF, allow_oom=True)
 FENCE_RAISE = Script("lock/fence_raise")
 
 
