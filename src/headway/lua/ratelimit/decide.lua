@@ -1,7 +1,7 @@
 -- Decide (and charge) several rate-limit policies on one key, all-or-nothing.
 -- INCLUDES  clock.lua (server_now_us), ratelimit/common.lua, then the fragments (ratelimit/<algorithm>.lua) of just
 --           the algorithms the call's policies use (one script per combination), so a
---           call defines no more than it runs.
+--           library (or, as EVAL, a call) defines no more than it runs.
 -- NEEDS     from common: call_clock, ttl_ms, and `algorithms` as the fragments fill it.
 -- KEYS     every key shares one hash tag. KEYS[1] holds the string states of all the
 --          policies that keep one (all but sliding logs), in policy order, joined by

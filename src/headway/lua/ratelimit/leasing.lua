@@ -18,7 +18,8 @@
 --       refill slot starting at now + off + i * a and may be spent until it starts
 -- Reads and writes only the STATE strings each fragment's header describes.
 -- Only the kinds whose fragment the script includes are defined (`algorithms` holds just
--- those): every closure and table made is server time on every call.
+-- those): every closure and table made is server time, once per library load (on every
+-- call where the script runs as EVAL).
 local leasing = {}
 local bucket_charge, window_terms
 
