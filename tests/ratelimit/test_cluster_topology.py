@@ -2,7 +2,8 @@
 
 Each test starts its own throw-away Cluster and stops it by PID. A slot migrated while
 decisions run (``CLUSTER SETSLOT`` + ``MIGRATE``): ASK and then MOVED are followed, no
-decision fails, the limit is admitted exactly. A primary killed while decisions run:
+decision fails, the limit is admitted exactly; a node sent a call by ASK that has never
+loaded the script's library loads it first. A primary killed while decisions run:
 calls fail with ``BackendUnavailable`` only, decisions resume on the promoted replica,
 and what is admitted past the limit is at most what the dead primary had admitted and
 not yet replicated (counted from the replica's own copy of the counter).
@@ -191,6 +192,55 @@ async def test_a_slot_migrated_under_sync_traffic_admits_exactly_the_limit(
     finally:
         backend.close()
         client.close()
+
+
+def _calls(port: int) -> dict[str, int]:
+    with redis.Redis(port=port) as node:
+        stats = node.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(s["calls"]) for name, s in stats.items()}
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+async def test_a_node_asked_to_run_a_call_it_has_no_library_for_loads_it_first(
+    cluster: list[Server], mode: str
+) -> None:
+    # The keys moved, the slot still migrating: the owner answers ASK, and the importing
+    # node, which has never run the script, answers "Function not found" to ASKING +
+    # FCALL. The call goes again as FUNCTION LOAD, ASKING, FCALL in that order (ASKING
+    # covers the one command after it).
+    migration = migration_of(cluster)
+    with redis.Redis(port=migration.target) as target:
+        target.function_flush()
+    if mode == "async":
+        client: object = aioredis.RedisCluster(host="127.0.0.1", port=cluster[0].port)
+        backend: object = RedisRateLimitBackend(client)
+    else:
+        client = RedisCluster(host="127.0.0.1", port=cluster[0].port)
+        backend = SyncRedisRateLimitBackend(client)
+
+    async def decide() -> Decision:
+        reply = backend.decide(KEY, POLICIES, 1, False)  # type: ignore[attr-defined]
+        return await reply if mode == "async" else reply  # type: ignore[no-any-return]
+
+    try:
+        assert (await decide()).remaining == LIMIT - 1  # on the source: its library loaded
+        migration.begin()
+        migration.move_keys()
+        before = _calls(migration.target)
+        decision = await decide()
+        after = _calls(migration.target)
+        assert (decision.allowed, decision.remaining) == (True, LIMIT - 2)
+        assert after.get("function|load", 0) - before.get("function|load", 0) == 1
+        assert after.get("asking", 0) - before.get("asking", 0) == 2
+        with redis.Redis(port=migration.target) as target:
+            assert target.function_list()  # the library stayed
+    finally:
+        if mode == "async":
+            await backend.aclose()  # type: ignore[attr-defined]
+            await client.aclose()  # type: ignore[attr-defined]
+        else:
+            backend.close()  # type: ignore[attr-defined]
+            client.close()  # type: ignore[attr-defined]
 
 
 def replica_count(port: int) -> int:
