@@ -38,7 +38,9 @@ def test_demo_idempotency_scene(capsys: pytest.CaptureFixture[str]) -> None:
     assert re.search(r"retry \(same key\) +-> 201 .*Idempotent-Replayed: true", out)
     assert re.search(r"duplicate while in flight +-> 409 \S+/idempotency-key-in-use", out)
     assert re.search(r"same key, new body +-> 422 \S+/idempotency-key-reused", out)
-    assert "charged 2 times for 5 requests" in out
+    assert re.search(r"bob, the same key +-> 201 \{\"charge\": 3", out)
+    assert re.search(r"no credentials, retry +-> 409 \S+/idempotency-key-unverified", out)
+    assert "charged 4 times for 8 requests" in out
 
 
 def test_demo_function_scene(capsys: pytest.CaptureFixture[str]) -> None:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         LockNotOwned,
         ResultNotSerializable,
     )
+    from headway.idempotency.callers import ScopeFunction, by_credentials
     from headway.idempotency.events import IdempotencyEvent, IdempotencyEventKind, IdempotencyHook
     from headway.idempotency.function import IdempotentDecorator, idempotent_function
     from headway.idempotency.middleware import IdempotencyMiddleware, idempotent
@@ -59,7 +60,13 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.ratelimit.http.decorator import RateLimitDecorator, rate_limit
     from headway.ratelimit.http.dependency import RateLimitDependency, RateLimitRefused
     from headway.ratelimit.http.guard import DecisionHook, RateLimitEvent
-    from headway.ratelimit.http.identity import ApiKey, AuthenticatedUser, ClientAddress, Identity
+    from headway.ratelimit.http.identity import (
+        ApiKey,
+        AuthenticatedUser,
+        ClientAddress,
+        Identity,
+        SessionCookie,
+    )
     from headway.ratelimit.http.middleware import RateLimitMiddleware
     from headway.ratelimit.http.refusals import RefusalContext, RefusalHook
     from headway.ratelimit.http.rules import LimiterSettings, PolicyFunction, Rule
@@ -93,6 +100,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "LockNotAcquired",
         "LockNotOwned",
     ),
+    "headway.idempotency.callers": ("ScopeFunction", "by_credentials"),
     "headway.idempotency.events": ("IdempotencyEvent", "IdempotencyEventKind", "IdempotencyHook"),
     "headway.idempotency.middleware": ("IdempotencyMiddleware", "idempotent"),
     "headway.idempotency.store": ("RecordStore",),
@@ -117,7 +125,13 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway.ratelimit.decision": ("Decision", "PolicyDecision", "Source"),
     "headway.ratelimit.http.decorator": ("RateLimitDecorator", "rate_limit"),
     "headway.ratelimit.http.guard": ("DecisionHook", "RateLimitEvent"),
-    "headway.ratelimit.http.identity": ("ApiKey", "AuthenticatedUser", "ClientAddress", "Identity"),
+    "headway.ratelimit.http.identity": (
+        "ApiKey",
+        "AuthenticatedUser",
+        "ClientAddress",
+        "Identity",
+        "SessionCookie",
+    ),
     "headway.ratelimit.http.middleware": ("RateLimitMiddleware",),
     "headway.ratelimit.http.rules": ("LimiterSettings", "PolicyFunction", "Rule"),
     "headway.ratelimit.leasing": ("Leasing",),
@@ -223,7 +237,9 @@ __all__ = [
     "RefusalHook",
     "ResultNotSerializable",
     "Rule",
+    "ScopeFunction",
     "Serializer",
+    "SessionCookie",
     "SlidingCounter",
     "SlidingLog",
     "Source",
@@ -238,6 +254,7 @@ __all__ = [
     "SyncRedisRateLimitBackend",
     "TokenBucket",
     "ZooKeeperLockBackend",
+    "by_credentials",
     "fenced_update",
     "fenced_update_statement",
     "fenced_update_sync",

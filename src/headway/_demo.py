@@ -87,12 +87,16 @@ async def lock_scene(say: Say) -> None:
     await register.engine.dispose()
 
 
-async def _call(app: ASGIApp, body: bytes, key: str) -> tuple[int, dict[str, str], bytes]:
-    """One POST through an ASGI app, in process."""
+async def _call(
+    app: ASGIApp, body: bytes, key: str, caller: str | None = "alice"
+) -> tuple[int, dict[str, str], bytes]:
+    """One POST through an ASGI app, in process, by ``caller``'s bearer token (or none)."""
+    sending = [(b"idempotency-key", key.encode()), (b"content-type", b"application/json")]
+    if caller is not None:
+        sending.append((b"authorization", f"Bearer {caller}".encode()))
     scope = {
         "type": "http", "method": "POST", "path": "/payments", "raw_path": b"/payments",
-        "query_string": b"", "client": ("127.0.0.1", 1), "scheme": "http",
-        "headers": [(b"idempotency-key", key.encode()), (b"content-type", b"application/json")],
+        "query_string": b"", "client": ("127.0.0.1", 1), "scheme": "http", "headers": sending,
     }  # fmt: skip
     sent: list[Message] = []
 
@@ -108,7 +112,8 @@ async def _call(app: ASGIApp, body: bytes, key: str) -> tuple[int, dict[str, str
 
 
 async def idempotency_scene(say: Say) -> None:
-    """A retry replayed, a concurrent duplicate refused, a reused key rejected."""
+    """A retry replayed, a concurrent duplicate refused, a reused key rejected; another
+    caller's key is its own; a caller without credentials is never replayed."""
     from headway.idempotency.middleware import IdempotencyMiddleware
     from headway.idempotency.store import RecordStore
 
@@ -143,8 +148,14 @@ async def idempotency_scene(say: Say) -> None:
         say(f"  {'the first one finishes':<26} -> {status} {body.decode()}")
         status, _, body = await _call(app, b'{"amount": 999}', '"order-1"')
         say(f"  {'same key, new body':<26} -> {status} {json.loads(body)['type']}")
+        status, _, body = await _call(app, b'{"amount": 100}', '"order-1"', caller="bob")
+        say(f"  {'bob, the same key':<26} -> {status} {body.decode()}")
+        for what in ("no credentials, key x-1", "no credentials, retry"):
+            status, _, body = await _call(app, b'{"amount": 5}', '"x-1"', caller=None)
+            answer = body.decode() if status < 300 else json.loads(body)["type"]
+            say(f"  {what:<26} -> {status} {answer}")
         await store.aclose()
-    say(f"  cards charged {len(charges)} times for 5 requests: {charges}")
+    say(f"  cards charged {len(charges)} times for 8 requests: {charges}")
 
 
 def _ok(accepted: bool) -> str:

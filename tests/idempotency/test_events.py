@@ -9,8 +9,8 @@ import pytest
 
 from headway import IdempotencyEvent, MemoryLockBackend, RecordStore, _migrations
 from headway.cli import main
+from headway.idempotency.callers import scope_id
 from headway.idempotency.record import ClaimOutcome, StoredResponse
-from headway.idempotency.request import scope_id
 from tests.idempotency.apps import Bank, make_app
 
 pytestmark = pytest.mark.anyio
@@ -21,7 +21,9 @@ CALLER = {"authorization": "Bearer a"}
 def client_for(bank: Bank, store: RecordStore, **options: object) -> httpx.AsyncClient:
     app = make_app(bank, store=store, lock_backend=MemoryLockBackend(), **options)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    return httpx.AsyncClient(transport=transport, base_url="http://test")
+    return httpx.AsyncClient(
+        transport=transport, base_url="http://test", headers={"authorization": "Bearer tester"}
+    )
 
 
 async def post(client: httpx.AsyncClient, path: str, key: str, amount: int = 1) -> httpx.Response:

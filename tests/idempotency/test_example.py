@@ -19,17 +19,21 @@ async def test_payments_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         payments.lifespan(payments.app),
         httpx.AsyncClient(transport=transport, base_url="http://test") as client,
     ):
-        missing = await client.post("/payments", json={"amount": 5})
-        first = await client.post(
-            "/payments", json={"amount": 5}, headers={"idempotency-key": "p1"}
-        )
-        again = await client.post(
-            "/payments", json={"amount": 5}, headers={"idempotency-key": "p1"}
-        )
+        alice = {"authorization": "Bearer alice"}
+        missing = await client.post("/payments", json={"amount": 5}, headers=alice)
+        keyed = {**alice, "idempotency-key": "p1"}
+        first = await client.post("/payments", json={"amount": 5}, headers=keyed)
+        again = await client.post("/payments", json={"amount": 5}, headers=keyed)
+        # Without credentials the caller is unnamed: the key runs once, never replays.
+        anonymous = {"idempotency-key": "p2"}
+        once = await client.post("/payments", json={"amount": 5}, headers=anonymous)
+        retried = await client.post("/payments", json={"amount": 5}, headers=anonymous)
     assert missing.status_code == 400
     assert first.status_code == again.status_code == 201
     assert first.json()["id"].startswith("ch_")
     assert again.json() == first.json()
+    assert (once.status_code, retried.status_code) == (201, 409)
+    assert retried.json()["type"].endswith("/idempotency-key-unverified")
 
 
 @pytest.mark.parametrize("redis", [False, True], ids=["embedded", "redis"])

@@ -33,7 +33,9 @@ async def test_first_execution_is_three_round_trips_and_replay_one(
     store, trips = counted
     app = make_app(Bank(), store=store, lock_backend=MemoryLockBackend())
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://test", headers={"authorization": "Bearer tester"}
+    ) as client:
 
         async def pay(key: str) -> httpx.Response:
             headers = {"idempotency-key": f'"{key}"', "authorization": "Bearer a"}

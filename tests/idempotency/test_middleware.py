@@ -31,7 +31,9 @@ async def client(store: RecordStore, bank: Bank) -> AsyncIterator[httpx.AsyncCli
 
 def connect(app: Any) -> httpx.AsyncClient:
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    return httpx.AsyncClient(transport=transport, base_url="http://test")
+    return httpx.AsyncClient(
+        transport=transport, base_url="http://test", headers={"authorization": "Bearer tester"}
+    )
 
 
 def pay(client: httpx.AsyncClient, key: str | bytes | None, amount: int = 10) -> Any:

@@ -70,7 +70,9 @@ def app(
 
 def connect(asgi: Any) -> httpx.AsyncClient:
     transport = httpx.ASGITransport(app=asgi, client=("192.0.2.1", 40000))
-    return httpx.AsyncClient(transport=transport, base_url="http://test")
+    return httpx.AsyncClient(
+        transport=transport, base_url="http://test", headers={"authorization": "Bearer tester"}
+    )
 
 
 async def pay(client: httpx.AsyncClient, key: str) -> httpx.Response:

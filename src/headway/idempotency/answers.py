@@ -24,10 +24,11 @@ log = logging.getLogger("headway.idempotency")
 class KeyedRequest:
     """One request with a key; ``capture`` is set once its app runs."""
 
-    __slots__ = ("caller", "capture", "fingerprint", "key", "sent")
+    __slots__ = ("caller", "capture", "fingerprint", "key", "named", "sent")
 
-    def __init__(self, caller: str, key: str, fingerprint: str) -> None:
-        self.caller = caller
+    def __init__(self, caller: str, key: str, fingerprint: str, *, named: bool = True) -> None:
+        self.caller = caller  # the stored scope (``callers.Caller.scope``)
+        self.named = named  # False: the UNVERIFIED partition, where nothing is replayed
         self.key = key
         self.fingerprint = fingerprint
         self.capture: Capture | None = None
@@ -47,7 +48,20 @@ class KeyedRequest:
 async def answer_record(
     record: Record, request: KeyedRequest, send: Send, on_event: IdempotencyHook | None
 ) -> bool:
-    """Answer from an existing record: 422, a replay or 410; False if still in flight."""
+    """Answer from an existing record: 422, a replay or 410; False if still in flight.
+
+    For an unnamed caller, any record is answered 409 ``idempotency-key-unverified``:
+    it may be another caller's, so neither its response nor its fingerprint is told.
+    """
+    if not request.named:
+        await emit(on_event, "conflict", request.caller, request.key)
+        await send_problem(
+            send, 409, "idempotency-key-unverified", "Idempotency-Key already used",
+            "A request with this Idempotency-Key was already made, and the server cannot "
+            "tell whether it was yours: it is neither run again nor replayed. "
+            "Authenticate, or use a new key.",
+        )  # fmt: skip
+        return True
     if record.fingerprint != request.fingerprint:
         await emit(on_event, "key_reused", request.caller, request.key)
         await send_problem(

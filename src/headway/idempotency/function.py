@@ -32,11 +32,11 @@ from headway._errors import (
     ResultNotSerializable,
 )
 from headway.idempotency.arguments import CallIdentity
+from headway.idempotency.callers import scope_id
 from headway.idempotency.events import IdempotencyEvent, IdempotencyEventKind, IdempotencyHook
 from headway.idempotency.portal import submit
 from headway.idempotency.record import ClaimOutcome, Record, StoredResponse
 from headway.idempotency.renewal import RequestLeases
-from headway.idempotency.request import scope_id
 from headway.idempotency.serializers import JsonSerializer, Serializer, dump_error, load_error
 from headway.idempotency.store import RecordStore
 from headway.idempotency.table import Status

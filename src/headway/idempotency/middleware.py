@@ -3,29 +3,26 @@ HTTP face (methods, the key header, the request body, 503s) of ``handling``'s en
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection
 from typing import Any
 
 from headway._errors import BackendUnavailable, LockLost
 from headway._http import ASGIApp, Receive, Scope, Send, header_values, send_problem
 from headway.idempotency.answers import KeyedRequest, answer_unavailable
+from headway.idempotency.callers import ScopeFunction, by_credentials, identify
 from headway.idempotency.capture import BodyTooLarge, read_body, replaying
 from headway.idempotency.events import IdempotencyHook
 from headway.idempotency.handling import KeyedHandling
-from headway.idempotency.request import (
-    InvalidKey,
-    ScopeFunction,
-    by_credentials,
-    fingerprint,
-    parse_key,
-    scope_id,
-)
+from headway.idempotency.request import InvalidKey, fingerprint, parse_key
 from headway.idempotency.store import RecordStore
 from headway.lock.backends.memory import MemoryLockBackend
 from headway.lock.contract import LockBackend
 from headway.lock.lock import Lock
 
 __all__ = ["IdempotencyMiddleware", "idempotent"]
+
+log = logging.getLogger("headway.idempotency")
 
 HEADER = b"idempotency-key"
 
@@ -42,6 +39,14 @@ class IdempotencyMiddleware(KeyedHandling):
     long for the first to finish and replays it; the same key on a different
     request gets 422, a missing key (when ``required``) or a malformed one 400, all
     as ``application/problem+json``.
+
+    Records are filed per caller: ``scope_function(scope)`` (sync or async) names the
+    caller, by default a hash of the ``Authorization`` header (``by_credentials``); the
+    rate-limit identities (``SessionCookie("sid")``, ``ApiKey(...)``,
+    ``AuthenticatedUser()``, ``ClientAddress(trusted_proxies=...)``) fit too. Another
+    caller's key is invisible: its request runs as its own. A caller it names None
+    (or a scope function that fails) is unnamed: its key runs once and any request
+    reusing it gets 409 ``idempotency-key-unverified``, never a replay.
 
     ``store`` defaults to a SQLite file (``headway.sqlite3``) and
     ``lock_backend`` to the in-memory backend: one process. In production use
@@ -95,6 +100,19 @@ class IdempotencyMiddleware(KeyedHandling):
         self.on_event = on_event
         Lock(self.lock_backend, "check", ttl=lease_ttl, timeout=wait)  # validates both
 
+    _warned = False
+
+    def _warn_unnamed(self) -> None:
+        """Say once per middleware that callers go unnamed (their keys are never replayed)."""
+        if not self._warned:
+            self._warned = True
+            log.warning(
+                "an Idempotency-Key request came from a caller the scope function %r could "
+                "not name: such keys run once and are never replayed (409 on a retry). "
+                "Name callers with scope_function= (docs/idempotency.md#callers)",
+                getattr(self.scope_function, "__qualname__", self.scope_function),
+            )
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in self.methods:
             await self.app(scope, receive, send)
@@ -127,8 +145,10 @@ class IdempotencyMiddleware(KeyedHandling):
             return
         if body is None:
             return  # the client left before sending its request
-        caller = scope_id(self.scope_function(scope))
-        request = KeyedRequest(caller, key, fingerprint(scope, body))
+        caller = await identify(self.scope_function, scope)
+        if not caller.named:
+            self._warn_unnamed()
+        request = KeyedRequest(caller.scope, key, fingerprint(scope, body), named=caller.named)
         try:
             await self.handle(request, scope, replaying(body, receive), send)
         except (BackendUnavailable, LockLost) as exc:

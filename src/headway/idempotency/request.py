@@ -1,4 +1,4 @@
-"""Pure request handling: the key, the caller's scope, the fingerprint, stored headers.
+"""Pure request handling: the key, the fingerprint, stored headers (the caller: ``callers``).
 
 The key follows draft-ietf-httpapi-idempotency-key-header: a Structured Field
 String (``Idempotency-Key: "8e03978e-40d5"``). Many clients send the value
@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import http_sf
 
-from headway._http import Scope, header, header_values
+from headway._http import Scope, header_values
 
 __all__ = [
     "BARE_KEY",
     "MAX_KEY_LENGTH",
     "REPLAY_DROPPED_HEADERS",
     "InvalidKey",
-    "ScopeFunction",
-    "by_credentials",
     "fingerprint",
     "parse_key",
     "replay_headers",
@@ -62,8 +60,6 @@ REPLAY_DROPPED_HEADERS = frozenset(
         "retry-after",
     }
 )
-
-ScopeFunction = Callable[[Scope], str]
 
 
 class InvalidKey(ValueError):
@@ -110,24 +106,6 @@ def _sha256(*parts: bytes) -> str:
         digest.update(len(part).to_bytes(8, "big"))
         digest.update(part)
     return digest.hexdigest()
-
-
-def by_credentials(scope: Scope) -> str:
-    """The default caller scope: the ``Authorization`` header, else the client address.
-
-    Only a hash is kept. Behind a proxy, anonymous callers share the proxy's
-    address: give such apps a scope function (an account id, an API key).
-    """
-    credentials = header(scope, b"authorization")
-    if credentials is not None:
-        return "auth:" + _sha256(credentials)
-    client = scope.get("client") or ("", 0)
-    return "addr:" + _sha256(str(client[0]).encode())
-
-
-def scope_id(caller: str) -> str:
-    """The stored scope: a fixed-size hash of what the scope function returned."""
-    return _sha256(caller.encode())
 
 
 def fingerprint(scope: Scope, body: bytes) -> str:

@@ -21,7 +21,7 @@ from typing import Literal
 
 from headway._http import Scope, header_values
 
-__all__ = ["ApiKey", "AuthenticatedUser", "ClientAddress", "Identity"]
+__all__ = ["ApiKey", "AuthenticatedUser", "ClientAddress", "Identity", "SessionCookie"]
 
 Identity = Callable[[Scope], "str | Awaitable[str | None] | None"]
 
@@ -156,6 +156,37 @@ class ApiKey:
 
     def __repr__(self) -> str:
         return f"ApiKey({self.header.decode()!r})"
+
+
+class SessionCookie:
+    """A session cookie's value, hashed: ``session@<digest>``; None without the cookie.
+
+    For apps whose callers are known by a cookie the server issues (``sid=...``) and
+    keeps for the session. A cookie re-signed on every response (Starlette's
+    ``SessionMiddleware``) changes its value between a request and its retry: name
+    such callers by what the session holds instead (``AuthenticatedUser()`` or a
+    function reading ``scope["session"]``).
+    """
+
+    def __init__(self, name: str) -> None:
+        if not name or any(c in name for c in "=; \t,"):
+            raise ValueError(f"not a cookie name: {name!r}")
+        self.name = name.encode("latin-1")
+
+    def __call__(self, scope: Scope) -> str | None:
+        for field in header_values(scope, b"cookie"):
+            for pair in field.split(b";"):
+                name, sep, value = pair.strip().partition(b"=")
+                # The first one wins, as browsers send the most specific path first.
+                if sep and name == self.name:
+                    value = value.strip().strip(b'"')
+                    if not value:
+                        return None
+                    return "session@" + hashlib.blake2b(value, digest_size=16).hexdigest()
+        return None
+
+    def __repr__(self) -> str:
+        return f"SessionCookie({self.name.decode('latin-1')!r})"
 
 
 class AuthenticatedUser:
