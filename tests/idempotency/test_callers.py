@@ -15,13 +15,16 @@ import httpx
 import pytest
 from redis import asyncio as aioredis
 from starlette.applications import Starlette
+from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from headway import (
     ApiKey,
+    AuthenticatedUser,
     ClientAddress,
     IdempotencyMiddleware,
     RecordStore,
@@ -279,3 +282,33 @@ def test_session_cookie_reads_one_named_cookie() -> None:
     assert sid(scope()) is None
     with pytest.raises(ValueError, match="cookie name"):
         SessionCookie("a=b")
+
+
+class HeaderUser(AuthenticationBackend):
+    """Authenticates ``x-user`` (the app's own login, mounted outside the middleware)."""
+
+    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, SimpleUser] | None:
+        name = conn.headers.get("x-user")
+        return None if name is None else (AuthCredentials(["authenticated"]), SimpleUser(name))
+
+
+async def test_authenticated_user_as_scope(
+    payments: Payments, store: RecordStore, redis_lock: RedisLockBackend
+) -> None:
+    inner = payments.app(store=store, lock_backend=redis_lock, scope_function=AuthenticatedUser())
+    app = AuthenticationMiddleware(inner, backend=HeaderUser())
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False, client=PROXY)
+    async with (
+        httpx.AsyncClient(transport=transport, base_url="http://shop") as a,
+        httpx.AsyncClient(transport=transport, base_url="http://shop") as b,
+    ):
+        await logged_in(a, "ACC-A")
+        await logged_in(b, "ACC-B")
+        a1 = await pay(a, "k", **{"x-user": "alice"})
+        b1 = await pay(b, "k", **{"x-user": "bob"})
+        a2 = await pay(a, "k", **{"x-user": "alice"})
+        anonymous = await pay(b, "k")  # AuthenticatedUser() is None: unnamed, first use runs
+    assert (a1.json()["account"], b1.json()["account"]) == ("ACC-A", "ACC-B")
+    assert a2.json() == a1.json()
+    assert anonymous.status_code == 201
+    assert len(payments.charges) == 3
