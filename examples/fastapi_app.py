@@ -133,6 +133,12 @@ async def invalid_request(request: Request, exc: RequestValidationError) -> Resp
     return Response(body, status_code=422, media_type="application/problem+json")
 
 
+#: ``invalid_request``'s answer in OpenAPI, instead of FastAPI's default 422 schema.
+INVALID: dict[int | str, dict[str, Any]] = {
+    422: {"description": "Invalid request", "content": {"application/problem+json": {}}}
+}
+
+
 class ExportRequest(BaseModel):
     report_id: int = Field(gt=0)
     format: Literal["csv", "json"] = "csv"
@@ -143,7 +149,9 @@ async def health() -> dict[str, bool]:
     return {"ok": True}
 
 
-@app.get("/reports/{report_id}", dependencies=[Depends(reads)], responses=reads.responses)
+@app.get(
+    "/reports/{report_id}", dependencies=[Depends(reads)], responses={**reads.responses, **INVALID}
+)
 async def report(report_id: int) -> dict[str, Any]:
     return {"id": report_id, "rows": 42}
 
@@ -152,7 +160,7 @@ async def report(report_id: int) -> dict[str, Any]:
     "/exports",
     status_code=202,
     dependencies=[Depends(reads), Depends(exports)],
-    responses={**reads.responses, **exports.responses},
+    responses={**reads.responses, **exports.responses, **INVALID},
 )
 async def export(request: ExportRequest) -> dict[str, Any]:
     return {"report": request.report_id, "format": request.format, "status": "queued"}
