@@ -9,19 +9,24 @@ policies (``free``, ``pro``, ``enterprise``), named in the RateLimit headers;
 anonymous callers are limited by address at the free tier. ``POST /exports``
 has a stricter quota of its own, and its refusal tells free users where to
 upgrade (an ``on_refusal`` hook adding a member to the problem body). Both
-refusals are documented in ``/docs`` (OpenAPI). Invalid input gets FastAPI's 422.
+refusals are documented in ``/docs`` (OpenAPI). Invalid input gets a 422 problem
+naming each invalid field (``invalid_request``: never the value sent, which FastAPI's
+own handler echoes, and fails to render for some inputs).
 
     curl -i localhost:8000/reports/1 -H 'Authorization: Bearer pro-token'
 """
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Literal
 
-from fastapi import Depends, FastAPI
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field
 from redis.asyncio import Redis
+from starlette.responses import Response
 from starlette.types import Scope
 
 from headway import (
@@ -100,8 +105,38 @@ exports = RateLimitDependency(
     on_refusal=upgrade_hint,
 )
 
+
 app = FastAPI(title="headway reports example")
 app.add_exception_handler(RateLimitRefused, RateLimitRefused.handler)
+
+
+@app.exception_handler(RequestValidationError)
+async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
+    """422 as an RFC 9457 problem: where each error is and why, never the value sent.
+
+    FastAPI's default handler echoes each error's ``input`` and answers 500 when it
+    cannot render one: a NaN or 1e999 number, bytes that are not UTF-8, a lone surrogate.
+    """
+    errors = [
+        {"loc": [str(part) for part in error["loc"]], "msg": error["msg"], "type": error["type"]}
+        for error in exc.errors()
+    ]
+    problem = {
+        "type": "about:blank",
+        "title": "Invalid request",
+        "status": 422,
+        "detail": "The request does not match what this endpoint takes: see errors.",
+        "errors": errors,
+    }
+    # json.dumps escapes non-ASCII, so even a lone surrogate in a name cannot break it.
+    body = json.dumps(problem, ensure_ascii=True).encode()
+    return Response(body, status_code=422, media_type="application/problem+json")
+
+
+#: ``invalid_request``'s answer in OpenAPI, instead of FastAPI's default 422 schema.
+INVALID: dict[int | str, dict[str, Any]] = {
+    422: {"description": "Invalid request", "content": {"application/problem+json": {}}}
+}
 
 
 class ExportRequest(BaseModel):
@@ -114,7 +149,9 @@ async def health() -> dict[str, bool]:
     return {"ok": True}
 
 
-@app.get("/reports/{report_id}", dependencies=[Depends(reads)], responses=reads.responses)
+@app.get(
+    "/reports/{report_id}", dependencies=[Depends(reads)], responses={**reads.responses, **INVALID}
+)
 async def report(report_id: int) -> dict[str, Any]:
     return {"id": report_id, "rows": 42}
 
@@ -123,7 +160,7 @@ async def report(report_id: int) -> dict[str, Any]:
     "/exports",
     status_code=202,
     dependencies=[Depends(reads), Depends(exports)],
-    responses={**reads.responses, **exports.responses},
+    responses={**reads.responses, **exports.responses, **INVALID},
 )
 async def export(request: ExportRequest) -> dict[str, Any]:
     return {"report": request.report_id, "format": request.format, "status": "queued"}

@@ -5,7 +5,8 @@ Run: ``python3 -m uv run uvicorn examples.payments:app``. Configured from
 first); without them it uses the embedded defaults (in-memory lock and rate limits,
 SQLite file). Each caller (its bearer token, else its address) may make 100 requests
 a minute; a replay is answered before the limiter and costs none of them. A body
-that is not JSON is answered 400, one without a positive integer ``amount`` 422.
+that is not JSON (or nests too deeply to parse) is answered 400, one without a
+positive integer ``amount`` 422.
 
     curl -i -X POST localhost:8000/payments -H 'Idempotency-Key: "order-1"' \\
          -H 'Content-Type: application/json' -d '{"amount": 1000}'
@@ -74,8 +75,14 @@ def problem(status: int, title: str, detail: str) -> Response:
 async def create_payment(request: Request) -> Response:
     try:
         payload = await request.json()
-    except ValueError:  # also the UnicodeDecodeError of a body that is not UTF-8
+    except ValueError:
+        # Also the UnicodeDecodeError of a body that is not UTF-8, and a number of more
+        # than 4300 digits (Python's limit on converting text to int).
         return problem(400, "Malformed JSON", "The body is not a JSON document.")
+    except RecursionError:
+        # Arrays or objects nested deeper than the parser's recursion limit (about a
+        # thousand levels): ``json.loads`` gives up cleanly, with nothing to undo.
+        return problem(400, "Malformed JSON", "The body nests arrays or objects too deeply.")
     amount = payload.get("amount") if isinstance(payload, dict) else None
     # bool is an int subclass: ``true`` is not an amount.
     if type(amount) is not int or amount <= 0:

@@ -181,6 +181,8 @@ async def test_fastapi_example_exports_have_a_quota_of_their_own(
     assert "upgrade" not in sent[-1].json()  # a pro user is not told to upgrade
     invalid = await reports.post("/exports", json={"report_id": "x"}, headers=bearer("free-token"))
     assert invalid.status_code == 422
+    assert invalid.json()["errors"][0]["loc"] == ["body", "report_id"]
+    assert "input" not in invalid.json()["errors"][0]  # never echoed
 
 
 @pytest.mark.anyio
@@ -190,3 +192,4 @@ async def test_fastapi_example_documents_its_refusals(reports: httpx.AsyncClient
         responses = paths[path][method]["responses"]
         assert "application/problem+json" in responses["429"]["content"]
         assert "503" in responses  # a policies function may fail closed
+        assert "application/problem+json" in responses["422"]["content"]  # invalid_request
