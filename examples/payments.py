@@ -8,7 +8,12 @@ a minute; a replay is answered before the limiter and costs none of them. A body
 that is not JSON (or nests too deeply to parse) is answered 400, one without a
 positive integer ``amount`` 422.
 
+Idempotency records are filed per caller by its bearer token (the default scope
+function): a retry with the same token is replayed; a request without one runs once
+and is never replayed (409 on a retry).
+
     curl -i -X POST localhost:8000/payments -H 'Idempotency-Key: "order-1"' \\
+         -H 'Authorization: Bearer demo' \\
          -H 'Content-Type: application/json' -d '{"amount": 1000}'
 """
 
