@@ -50,14 +50,21 @@ def drop_everything(url: str) -> None:
     asyncio.run(go())
 
 
-@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "sqlite",
+        pytest.param("postgresql", marks=pytest.mark.postgres),
+        pytest.param("mysql", marks=pytest.mark.mysql),
+    ],
+)
 def test_upgrade_matches_table_then_downgrade(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     if kind == "sqlite":
         url = f"sqlite+aiosqlite:///{tmp_path / 'migrated.sqlite3'}"
     else:
-        url = request.getfixturevalue("postgres_url")
+        url = request.getfixturevalue("postgres_url" if kind == "postgresql" else "mysql_url")
         drop_everything(url)
     assert main(["migrate", url]) == 0
     tables, diff = inspect_db(url)
@@ -86,6 +93,7 @@ def test_migrations_ship_in_the_wheel(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert "headway/migrations/env.py" in names
     assert "headway/migrations/versions/0001_idempotency_records.py" in names
+    assert "headway/migrations/versions/0002_binary_keys_on_mysql.py" in names
 
 
 def test_purge_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -98,3 +106,26 @@ def test_purge_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 def test_migrations_path_points_at_the_environment() -> None:
     assert (_migrations.migrations_path() / "env.py").is_file()
     assert sys.modules["headway"].__file__
+
+
+@pytest.mark.mysql
+@pytest.mark.anyio
+async def test_binary_keys_keep_the_records_written_before(mysql_url: str) -> None:
+    """0002 turns MySQL's key column into VARBINARY; records claimed under 0001 survive."""
+    from headway import RecordStore
+
+    await asyncio.to_thread(drop_everything, mysql_url)
+    await asyncio.to_thread(_migrations.upgrade, mysql_url, "0001")
+    store = RecordStore.from_url(mysql_url)
+    try:
+        claimed = await store.claim(
+            "caller", "Order-1", "f" * 64, fence=3, lease_token="t", lease_ttl=30
+        )
+        assert claimed.fence == 3
+        await asyncio.to_thread(_migrations.upgrade, mysql_url)
+        record = await store.get("caller", "Order-1")
+        assert record is not None
+        assert record.fence == 3
+        assert await store.get("caller", "order-1") is None  # a key of its own now
+    finally:
+        await store.aclose()

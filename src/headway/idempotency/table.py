@@ -31,12 +31,31 @@ class Status(enum.StrEnum):
 _Timestamp = sa.DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 _Body = sa.LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
 
+
+class _Utf8Binary(sa.TypeDecorator[str]):
+    """Text kept as its UTF-8 bytes in VARBINARY, compared byte for byte."""
+
+    impl = mysql.VARBINARY
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Any) -> bytes | None:
+        return None if value is None else value.encode()
+
+    def process_result_value(self, value: Any, dialect: Any) -> str | None:
+        return None if value is None else bytes(value).decode()
+
+
+# Keys compare byte for byte. On MySQL/MariaDB that takes VARBINARY (255 characters of
+# UTF-8 at most): every text collation there ignores case or trailing spaces (even
+# utf8mb4_bin pads), which made "Order-1" and "order-1 " one key.
+_Key = sa.String(255).with_variant(_Utf8Binary(1020), "mysql", "mariadb")
+
 records = sa.Table(
     "headway_idempotency_records",
     metadata,
     # Hash of the caller's credentials (or what the scope function returns).
     sa.Column("scope", sa.String(64), nullable=False),
-    sa.Column("key", sa.String(255), nullable=False),
+    sa.Column("key", _Key, nullable=False),
     # sha256 hex of method, path, query, content type and body.
     sa.Column("fingerprint", sa.String(64), nullable=False),
     sa.Column("status", sa.String(10), nullable=False),
