@@ -1,4 +1,4 @@
-"""Pure request handling: the key, the caller's scope, the fingerprint, stored headers.
+"""Pure request handling: the key, the caller's scope, stored headers.
 
 The key follows draft-ietf-httpapi-idempotency-key-header: a Structured Field
 String (``Idempotency-Key: "8e03978e-40d5"``). Many clients send the value
@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 
 import http_sf
 
-from headway._http import Scope, header, header_values
+from headway._http import Scope, header
 
 __all__ = [
     "BARE_KEY",
@@ -23,7 +23,6 @@ __all__ = [
     "InvalidKey",
     "ScopeFunction",
     "by_credentials",
-    "fingerprint",
     "parse_key",
     "replay_headers",
     "storable_headers",
@@ -128,18 +127,6 @@ def by_credentials(scope: Scope) -> str:
 def scope_id(caller: str) -> str:
     """The stored scope: a fixed-size hash of what the scope function returned."""
     return _sha256(caller.encode())
-
-
-def fingerprint(scope: Scope, body: bytes) -> str:
-    """sha256 over method, path, query string, content type and body."""
-    content_type = b",".join(header_values(scope, b"content-type"))
-    return _sha256(
-        scope["method"].encode(),
-        scope.get("raw_path") or scope["path"].encode(),
-        scope.get("query_string", b""),
-        content_type,
-        body,
-    )
 
 
 def storable_headers(headers: Iterable[tuple[bytes, bytes]]) -> tuple[tuple[str, str], ...]:
