@@ -55,8 +55,9 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 _DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
 # ASCII out: lone surrogates (``"\ud800"``) stay escapes instead of failing to encode.
+# Parsed JSON has no cycles: skipping the check saves ~10% (benchmarks/fingerprint_cost.py).
 _ENCODER = json.JSONEncoder(
-    ensure_ascii=True, allow_nan=False, sort_keys=True, separators=(",", ":")
+    ensure_ascii=True, check_circular=False, allow_nan=False, sort_keys=True, separators=(",", ":")
 )
 
 
