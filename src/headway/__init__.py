@@ -29,6 +29,11 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     )
     from headway.idempotency.callers import ScopeFunction, by_credentials
     from headway.idempotency.events import IdempotencyEvent, IdempotencyEventKind, IdempotencyHook
+    from headway.idempotency.fingerprints import (
+        FingerprintFunction,
+        default_fingerprint,
+        fingerprint_fields,
+    )
     from headway.idempotency.function import IdempotentDecorator, idempotent_function
     from headway.idempotency.middleware import IdempotencyMiddleware, idempotent
     from headway.idempotency.serializers import JsonSerializer, Serializer
@@ -102,6 +107,11 @@ _MODULES: dict[str, tuple[str, ...]] = {
     ),
     "headway.idempotency.callers": ("ScopeFunction", "by_credentials"),
     "headway.idempotency.events": ("IdempotencyEvent", "IdempotencyEventKind", "IdempotencyHook"),
+    "headway.idempotency.fingerprints": (
+        "FingerprintFunction",
+        "default_fingerprint",
+        "fingerprint_fields",
+    ),
     "headway.idempotency.middleware": ("IdempotencyMiddleware", "idempotent"),
     "headway.idempotency.store": ("RecordStore",),
     "headway.lock.backends.memory": ("MemoryLockBackend",),
@@ -188,6 +198,7 @@ __all__ = [
     "DecisionHook",
     "EtcdLockBackend",
     "FakeClock",
+    "FingerprintFunction",
     "FixedWindow",
     "HeadwayError",
     "IdempotencyError",
@@ -255,9 +266,11 @@ __all__ = [
     "TokenBucket",
     "ZooKeeperLockBackend",
     "by_credentials",
+    "default_fingerprint",
     "fenced_update",
     "fenced_update_statement",
     "fenced_update_sync",
+    "fingerprint_fields",
     "idempotent",
     "idempotent_function",
     "rate_limit",

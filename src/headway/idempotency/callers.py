@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from headway._http import Scope, header
-from headway.idempotency.request import _sha256
+from headway.idempotency.request import digest
 
 __all__ = ["UNVERIFIED", "Caller", "ScopeFunction", "by_credentials", "identify", "scope_id"]
 
@@ -30,12 +30,12 @@ ScopeFunction = Callable[[Scope], "str | Awaitable[str | None] | None"]
 
 def scope_id(caller: str) -> str:
     """The stored scope of a named caller: a fixed-size hash of its name."""
-    return _sha256(caller.encode())
+    return digest(caller.encode())
 
 
 #: The stored scope of every caller the scope function could not name. Two parts, so
 #: no name hashed by ``scope_id`` (one part) can land in it.
-UNVERIFIED = _sha256(b"headway", b"unverified")
+UNVERIFIED = digest(b"headway", b"unverified")
 
 
 def by_credentials(scope: Scope) -> str | None:
@@ -49,7 +49,7 @@ def by_credentials(scope: Scope) -> str | None:
     credentials = header(scope, b"authorization")
     if credentials is None or not credentials.strip():
         return None
-    return "auth:" + _sha256(credentials)
+    return "auth:" + digest(credentials)
 
 
 @dataclass(frozen=True, slots=True)

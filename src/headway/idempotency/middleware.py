@@ -13,8 +13,13 @@ from headway.idempotency.answers import KeyedRequest, answer_unavailable
 from headway.idempotency.callers import ScopeFunction, by_credentials, identify
 from headway.idempotency.capture import BodyTooLarge, read_body, replaying
 from headway.idempotency.events import IdempotencyHook
+from headway.idempotency.fingerprints import (
+    FingerprintFunction,
+    default_fingerprint,
+    request_fingerprint,
+)
 from headway.idempotency.handling import KeyedHandling
-from headway.idempotency.request import InvalidKey, fingerprint, parse_key
+from headway.idempotency.request import InvalidKey, parse_key
 from headway.idempotency.store import RecordStore
 from headway.lock.backends.memory import MemoryLockBackend
 from headway.lock.contract import LockBackend
@@ -63,7 +68,9 @@ class IdempotencyMiddleware(KeyedHandling):
     backend outage is survived by excluding on the record's primary key and
     its database lease alone. ``on_event`` is told of every claimed, replayed,
     completed, released, conflict and key_reused outcome (``IdempotencyEvent``,
-    ``source="http"``); its errors are logged and swallowed.
+    ``source="http"``); its errors are logged and swallowed. ``fingerprint`` says when a
+    retry is the same request (``default_fingerprint``: a JSON body compared as data; see
+    ``fingerprints``); if it raises, the client gets a 500 problem and nothing runs.
     """
 
     def __init__(
@@ -83,6 +90,7 @@ class IdempotencyMiddleware(KeyedHandling):
         retry_after: int = 1,
         database_fallback: bool = False,
         on_event: IdempotencyHook | None = None,
+        fingerprint: FingerprintFunction = default_fingerprint,
     ) -> None:
         self.app = app
         self.store = store or RecordStore.from_url("sqlite+aiosqlite:///headway.sqlite3")
@@ -98,6 +106,7 @@ class IdempotencyMiddleware(KeyedHandling):
         self.retry_after = str(retry_after).encode()
         self.database_fallback = database_fallback
         self.on_event = on_event
+        self.fingerprint = fingerprint
         Lock(self.lock_backend, "check", ttl=lease_ttl, timeout=wait)  # validates both
 
     _warned = False
@@ -145,10 +154,13 @@ class IdempotencyMiddleware(KeyedHandling):
             return
         if body is None:
             return  # the client left before sending its request
+        digest = await request_fingerprint(self.fingerprint, scope, body, send)
+        if digest is None:
+            return  # the fingerprint function failed: answered 500
         caller = await identify(self.scope_function, scope)
         if not caller.named:
             self._warn_unnamed()
-        request = KeyedRequest(caller.scope, key, fingerprint(scope, body), named=caller.named)
+        request = KeyedRequest(caller.scope, key, digest, named=caller.named)
         try:
             await self.handle(request, scope, replaying(body, receive), send)
         except (BackendUnavailable, LockLost) as exc:

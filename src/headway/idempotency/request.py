@@ -1,4 +1,5 @@
-"""Pure request handling: the key, the fingerprint, stored headers (the caller: ``callers``).
+"""Pure request handling: the key, stored headers, and ``digest`` (the hash both the
+caller's scope, ``callers``, and the fingerprint, ``fingerprints``, are made of).
 
 The key follows draft-ietf-httpapi-idempotency-key-header: a Structured Field
 String (``Idempotency-Key: "8e03978e-40d5"``). Many clients send the value
@@ -14,14 +15,12 @@ from collections.abc import Iterable
 
 import http_sf
 
-from headway._http import Scope, header_values
-
 __all__ = [
     "BARE_KEY",
     "MAX_KEY_LENGTH",
     "REPLAY_DROPPED_HEADERS",
     "InvalidKey",
-    "fingerprint",
+    "digest",
     "parse_key",
     "replay_headers",
     "storable_headers",
@@ -99,25 +98,13 @@ def parse_key(values: list[bytes]) -> str:
     return key
 
 
-def _sha256(*parts: bytes) -> str:
-    digest = hashlib.sha256()
+def digest(*parts: bytes) -> str:
+    """sha256 (hex) over ``parts``, each length-prefixed so no two part lists hash alike."""
+    hashed = hashlib.sha256()
     for part in parts:
-        # Length-prefixed, so no two different part lists hash alike.
-        digest.update(len(part).to_bytes(8, "big"))
-        digest.update(part)
-    return digest.hexdigest()
-
-
-def fingerprint(scope: Scope, body: bytes) -> str:
-    """sha256 over method, path, query string, content type and body."""
-    content_type = b",".join(header_values(scope, b"content-type"))
-    return _sha256(
-        scope["method"].encode(),
-        scope.get("raw_path") or scope["path"].encode(),
-        scope.get("query_string", b""),
-        content_type,
-        body,
-    )
+        hashed.update(len(part).to_bytes(8, "big"))
+        hashed.update(part)
+    return hashed.hexdigest()
 
 
 def storable_headers(headers: Iterable[tuple[bytes, bytes]]) -> tuple[tuple[str, str], ...]:
