@@ -21,6 +21,10 @@ from headway import (
     fingerprint_fields,
 )
 from headway._http import Scope
+from headway.idempotency.callers import scope_id
+from headway.idempotency.fingerprints import earlier_fingerprint
+from headway.idempotency.record import StoredResponse
+from headway.idempotency.request import digest
 
 from .apps import Bank, make_app
 from .test_middleware import connect, rows
@@ -211,6 +215,26 @@ async def test_a_reordered_respaced_retry_is_a_replay(store: RecordStore) -> Non
     assert retry.json() == first.json()
     assert other.status_code == 422
     assert len(bank.charges) == 1
+
+
+@pytest.mark.anyio
+async def test_a_record_stored_before_the_upgrade_still_replays(store: RecordStore) -> None:
+    """Records written by 0.1.0 hold a byte-for-byte fingerprint: the same bytes replay."""
+    body = b'{"amount": 10, "currency": "EUR"}'
+    caller = scope_id("auth:" + digest(b"Bearer alice"))  # by_credentials, as 0.1.0 stored it
+    http = {"method": "POST", "path": "/payments", "raw_path": b"/payments", "query_string": b""}
+    old = earlier_fingerprint({**http, "headers": [(b"content-type", JSON.encode())]}, body)
+    await store.claim(caller, "pay-1", old, fence=7, lease_token="t", lease_ttl=30)
+    stored = StoredResponse(201, (("content-type", "application/json"),), b'{"id": 99}')
+    assert await store.complete(caller, "pay-1", 7, stored)
+    bank = Bank()
+    app = make_app(bank, store=store, lock_backend=MemoryLockBackend())
+    retry, reordered = await post(app, body, b'{"currency": "EUR", "amount": 10}')
+    assert retry.status_code == 201
+    assert replayed(retry)
+    assert retry.json() == {"id": 99}
+    assert reordered.status_code == 422  # 0.1.0 compared bytes: only the same bytes match
+    assert bank.charges == []
 
 
 @pytest.mark.anyio

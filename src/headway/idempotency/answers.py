@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 
 from headway._errors import BackendUnavailable, LockLost
 from headway._http import Send, send_problem, send_response
@@ -24,13 +25,24 @@ log = logging.getLogger("headway.idempotency")
 class KeyedRequest:
     """One request with a key; ``capture`` is set once its app runs."""
 
-    __slots__ = ("caller", "capture", "fingerprint", "key", "named", "sent")
+    __slots__ = ("caller", "capture", "earlier", "fingerprint", "key", "named", "sent")
 
-    def __init__(self, caller: str, key: str, fingerprint: str, *, named: bool = True) -> None:
+    def __init__(
+        self,
+        caller: str,
+        key: str,
+        fingerprint: str,
+        *,
+        named: bool = True,
+        earlier: Callable[[], str] | None = None,
+    ) -> None:
         self.caller = caller  # the stored scope (``callers.Caller.scope``)
         self.named = named  # False: the UNVERIFIED partition, where nothing is replayed
         self.key = key
         self.fingerprint = fingerprint
+        # The fingerprint an earlier release stored for this request, computed only if
+        # a record does not match ``fingerprint`` (``fingerprints.earlier_fingerprint``).
+        self.earlier = earlier
         self.capture: Capture | None = None
         self.sent = 0.0  # when the last claim was sent (monotonic clock)
 
@@ -38,6 +50,10 @@ class KeyedRequest:
     def resource(self) -> str:
         """The lock resource (and what a lost lease names)."""
         return f"idempotency/{self.caller}/{self.key}"
+
+    def matches(self, stored: str) -> bool:
+        """Whether a record's fingerprint is this request's (now, or as stored before)."""
+        return stored == self.fingerprint or (self.earlier is not None and stored == self.earlier())
 
     @property
     def responded(self) -> bool:
@@ -62,7 +78,7 @@ async def answer_record(
             "Authenticate, or use a new key.",
         )  # fmt: skip
         return True
-    if record.fingerprint != request.fingerprint:
+    if not request.matches(record.fingerprint):
         await emit(on_event, "key_reused", request.caller, request.key)
         await send_problem(
             send, 422, "idempotency-key-reused", "Idempotency-Key reused",

@@ -3,6 +3,7 @@ HTTP face (methods, the key header, the request body, 503s) of ``handling``'s en
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Collection
 from typing import Any
@@ -16,6 +17,7 @@ from headway.idempotency.events import IdempotencyHook
 from headway.idempotency.fingerprints import (
     FingerprintFunction,
     default_fingerprint,
+    earlier_fingerprint,
     request_fingerprint,
 )
 from headway.idempotency.handling import KeyedHandling
@@ -160,7 +162,10 @@ class IdempotencyMiddleware(KeyedHandling):
         caller = await identify(self.scope_function, scope)
         if not caller.named:
             self._warn_unnamed()
-        request = KeyedRequest(caller.scope, key, digest, named=caller.named)
+        earlier = None
+        if self.fingerprint is default_fingerprint:
+            earlier = functools.partial(earlier_fingerprint, scope, body)
+        request = KeyedRequest(caller.scope, key, digest, named=caller.named, earlier=earlier)
         try:
             await self.handle(request, scope, replaying(body, receive), send)
         except (BackendUnavailable, LockLost) as exc:
