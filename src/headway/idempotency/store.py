@@ -11,13 +11,14 @@ how they travel, ``executors`` (the asyncpg driver on PostgreSQL, else SQLAlchem
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from headway._budget import Budget
+from headway._database import create_engine, parse
 from headway._errors import BackendUnavailable
 from headway.idempotency import writes
 from headway.idempotency.claim import claim_record, claim_statement, claimed, one_statement
@@ -28,6 +29,13 @@ from headway.idempotency.table import metadata
 __all__ = ["RecordStore"]
 
 T = TypeVar("T")
+
+#: ``from_url``'s engine on a database server: no connection opened and closed per
+#: request under concurrency (SQLAlchemy's default, 5 + 10 overflow, churned one per
+#: request beyond five in flight); docs/decisions.md has the numbers.
+SERVER_ENGINE: dict[str, Any] = {"pool_size": 20, "max_overflow": 0}
+#: SQLite: one writer at a time, so writers wait for the file lock rather than fail.
+SQLITE_ENGINE: dict[str, Any] = {"connect_args": {"timeout": 30}}
 
 #: Database errors that mean "cannot answer now" rather than "you asked wrongly".
 UNAVAILABLE: tuple[type[BaseException], ...] = (
@@ -76,18 +84,42 @@ class RecordStore:
         )
 
     @classmethod
-    def from_url(cls, url: str, *, create_table: bool | None = None, **options: Any) -> RecordStore:
-        """A store on a new engine for ``url``.
+    def from_url(
+        cls,
+        url: str,
+        *,
+        ttl: float = 24 * 3600,
+        timeout: float = 5.0,
+        driver: bool = True,
+        create_table: bool | None = None,
+        engine_options: Mapping[str, Any] | None = None,
+    ) -> RecordStore:
+        """A store on a new engine for ``url``, an async SQLAlchemy URL.
 
         ``create_table`` (default: only for SQLite, the embedded setup) creates
         the table on first use; elsewhere run ``headway migrate``.
+
+        Pool sizing: on PostgreSQL and MySQL/MariaDB the engine keeps up to
+        ``pool_size=20`` connections and opens no overflow (``max_overflow=0``). Each
+        statement holds a connection only while it runs, so 20 serve every request one
+        event loop keeps in flight, none is opened and closed per request, and a
+        connection opened once stays. Twenty per process means five processes fill
+        PostgreSQL's default ``max_connections=100``: with more processes (or beside a
+        large app pool) pass ``engine_options={"pool_size": 10}``, or use PgBouncer.
+        SQLite keeps SQLAlchemy's own pool. ``engine_options`` go to
+        ``create_async_engine`` and replace these defaults key by key.
+
+        A URL it cannot use raises ``ValueError`` (a sync driver, not a URL) or
+        ``ImportError`` (the driver is not installed), saying which URL or extra to use.
         """
-        is_sqlite = url.startswith("sqlite")
+        parsed = parse(url)
+        is_sqlite = parsed.get_backend_name() == "sqlite"
         # No pool_pre_ping: it would add a round trip to each of a first execution's three
         # statements. A connection cut by an outage fails its request (503, Retry-After)
         # and SQLAlchemy then replaces every connection older than the failure.
-        engine = create_async_engine(url, connect_args={"timeout": 30} if is_sqlite else {})
-        store = cls(engine, **options)
+        defaults = SQLITE_ENGINE if is_sqlite else SERVER_ENGINE
+        engine = create_engine(parsed, **{**defaults, **(engine_options or {})})
+        store = cls(engine, ttl=ttl, timeout=timeout, driver=driver)
         store._create = is_sqlite if create_table is None else create_table
         return store
 
