@@ -20,6 +20,7 @@ def test_all_is_pinned() -> None:
         "ConcurrencyBackend",
         "ConcurrencyLimitExceeded",
         "ConcurrencyLimiter",
+        "DatabaseNotMigrated",
         "Decision",
         "DecisionHook",
         "EtcdLockBackend",

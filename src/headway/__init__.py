@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway._errors import (
         BackendUnavailable,
         ConcurrencyLimitExceeded,
+        DatabaseNotMigrated,
         HeadwayError,
         IdempotencyError,
         IdempotencyInProgress,
@@ -83,6 +84,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway._errors": (
         "BackendUnavailable",
         "ConcurrencyLimitExceeded",
+        "DatabaseNotMigrated",
         "HeadwayError",
         "IdempotencyError",
         "IdempotencyInProgress",
@@ -170,6 +172,7 @@ __all__ = [
     "ConcurrencyBackend",
     "ConcurrencyLimitExceeded",
     "ConcurrencyLimiter",
+    "DatabaseNotMigrated",
     "Decision",
     "DecisionHook",
     "EtcdLockBackend",

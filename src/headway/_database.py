@@ -2,19 +2,21 @@
 
 ``create_engine`` is ``create_async_engine`` that answers a sync URL or a missing
 driver with one line naming the async URL or the extra to install; ``shown`` is a URL
-fit to print (password hidden).
+fit to print (password hidden); ``table_missing`` tells "the records table does not
+exist" apart from other database errors on PostgreSQL, MySQL/MariaDB and SQLite.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-__all__ = ["create_engine", "parse", "shown"]
+__all__ = ["create_engine", "parse", "shown", "table_missing"]
 
 #: backend -> (the async driver headway is tested with, how to install it: "" when
 #: headway already depends on it)
@@ -87,3 +89,30 @@ def _sync_driver(url: URL) -> str:
     sync = f"{shown(url)} names {url.get_driver_name()}, a sync driver; headway needs an async one"
     instead = _suggestion(url)
     return f"{sync}: {instead}" if instead else sync
+
+
+def table_missing(exc: BaseException, table: str) -> bool:
+    """Whether ``exc`` (a SQLAlchemy or driver error) says that ``table`` does not exist."""
+    for error in _causes(exc):
+        if table not in str(error):
+            continue
+        if getattr(error, "sqlstate", None) == "42P01":  # PostgreSQL: undefined_table
+            return True
+        if error.args and error.args[0] == 1146:  # MySQL/MariaDB: ER_NO_SUCH_TABLE
+            return True
+        if str(error).startswith("no such table"):  # SQLite
+            return True
+    return False
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, the driver's error it wraps, and what caused those (a short chain)."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        error = todo.pop()
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        yield error
+        todo += [getattr(error, "orig", None), error.__cause__]

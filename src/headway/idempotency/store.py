@@ -11,6 +11,9 @@ how they travel, ``executors`` (the asyncpg driver on PostgreSQL, else SQLAlchem
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -18,17 +21,22 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from headway._budget import Budget
-from headway._database import create_engine, parse
-from headway._errors import BackendUnavailable
+from headway._database import create_engine, parse, shown, table_missing
+from headway._errors import BackendUnavailable, DatabaseNotMigrated
 from headway.idempotency import writes
 from headway.idempotency.claim import claim_record, claim_statement, claimed, one_statement
 from headway.idempotency.executors import Executor, SqlAlchemyExecutor, executor_for
 from headway.idempotency.record import GET, Claim, Record, StoredResponse, read
-from headway.idempotency.table import metadata
+from headway.idempotency.table import metadata, records
 
 __all__ = ["RecordStore"]
 
 T = TypeVar("T")
+
+log = logging.getLogger("headway.idempotency")
+
+#: Seconds between two log lines about a missing table (the first is logged at once).
+REPORT_EVERY = 300.0
 
 #: ``from_url``'s engine on a database server: no connection opened and closed per
 #: request under concurrency (SQLAlchemy's default, 5 + 10 overflow, churned one per
@@ -142,19 +150,40 @@ class RecordStore:
         self._create = False
 
     async def _run(self, op: Callable[[], Awaitable[T]]) -> T:
-        """``op()`` within ``timeout``, outages mapped to ``BackendUnavailable``."""
+        """``op()`` within ``timeout``, outages mapped to ``BackendUnavailable`` and a
+        missing table to ``DatabaseNotMigrated``."""
         try:
             if self._create:
                 return await self._budget.run(self._after_table(op))
             return await self._budget.run(op())
-        except UNAVAILABLE as exc:
-            raise BackendUnavailable(f"database unavailable: {exc}", backend="database") from exc
-        except sa_exc.DBAPIError as exc:
-            if exc.connection_invalidated:
-                raise BackendUnavailable(
-                    f"database connection lost: {exc}", backend="database"
-                ) from exc
-            raise
+        except Exception as exc:
+            unavailable = self._unavailable(exc)
+            if unavailable is None:
+                raise
+            raise unavailable from exc
+
+    def _unavailable(self, exc: Exception) -> BackendUnavailable | None:
+        """What ``exc`` means for the caller, when it means "cannot answer now"."""
+        if table_missing(exc, records.name):
+            return self._not_migrated()
+        if isinstance(exc, UNAVAILABLE):
+            return BackendUnavailable(f"database unavailable: {exc}", backend="database")
+        if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
+            return BackendUnavailable(f"database connection lost: {exc}", backend="database")
+        return None
+
+    _reported = -math.inf  # when a missing table was last logged (monotonic clock)
+
+    def _not_migrated(self) -> DatabaseNotMigrated:
+        """The error for a missing table, logged once every ``REPORT_EVERY`` seconds: every
+        keyed request fails until someone migrates, and one line says what to do."""
+        advice = f"run `headway migrate {shown(self.engine.url)}`"
+        message = f"the idempotency table {records.name} does not exist: {advice}"
+        now = time.monotonic()
+        if now - self._reported >= REPORT_EVERY:
+            self._reported = now
+            log.error("%s (until then, every keyed request is answered 503)", message)
+        return DatabaseNotMigrated(message, backend="database")
 
     async def _after_table(self, op: Callable[[], Awaitable[T]]) -> T:
         await self._table_ready()
