@@ -26,6 +26,7 @@ def test_all_is_pinned() -> None:
         "EtcdLockBackend",
         "FakeClock",
         "FixedWindow",
+        "ForgetOutcome",
         "HeadwayError",
         "IdempotencyError",
         "IdempotencyEvent",

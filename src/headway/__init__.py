@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.idempotency.events import IdempotencyEvent, IdempotencyEventKind, IdempotencyHook
     from headway.idempotency.function import IdempotentDecorator, idempotent_function
     from headway.idempotency.middleware import IdempotencyMiddleware, idempotent
+    from headway.idempotency.record import ForgetOutcome
     from headway.idempotency.serializers import JsonSerializer, Serializer
     from headway.idempotency.store import RecordStore
     from headway.lock.backends.etcd.backend import EtcdLockBackend
@@ -97,6 +98,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     ),
     "headway.idempotency.events": ("IdempotencyEvent", "IdempotencyEventKind", "IdempotencyHook"),
     "headway.idempotency.middleware": ("IdempotencyMiddleware", "idempotent"),
+    "headway.idempotency.record": ("ForgetOutcome",),
     "headway.idempotency.store": ("RecordStore",),
     "headway.lock.backends.memory": ("MemoryLockBackend",),
     "headway.lock.backends.postgres": ("PostgresLockBackend",),
@@ -178,6 +180,7 @@ __all__ = [
     "EtcdLockBackend",
     "FakeClock",
     "FixedWindow",
+    "ForgetOutcome",
     "HeadwayError",
     "IdempotencyError",
     "IdempotencyEvent",

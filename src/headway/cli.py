@@ -8,6 +8,7 @@ import os
 from collections.abc import Sequence
 
 from headway import __version__, _demo, _migrations
+from headway.idempotency.record import ForgetOutcome
 
 
 def _url(given: str | None) -> str:
@@ -24,7 +25,7 @@ async def _purge(url: str, batch_size: int) -> int:
         await store.aclose()
 
 
-async def _forget(url: str, scope: str, key: str, force: bool) -> bool:
+async def _forget(url: str, scope: str, key: str, force: bool) -> ForgetOutcome:
     from headway.idempotency.store import RecordStore
 
     store = RecordStore.from_url(url, create_table=False)

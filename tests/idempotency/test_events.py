@@ -9,7 +9,7 @@ import pytest
 
 from headway import IdempotencyEvent, MemoryLockBackend, RecordStore, _migrations
 from headway.cli import main
-from headway.idempotency.record import ClaimOutcome, StoredResponse
+from headway.idempotency.record import ClaimOutcome, ForgetOutcome, StoredResponse
 from headway.idempotency.request import scope_id
 from tests.idempotency.apps import Bank, make_app
 
@@ -106,19 +106,20 @@ async def test_forget_keeps_in_flight_records_unless_forced(store: RecordStore) 
         c = await store.claim("s", key, "f" * 64, fence=None, lease_token="t", lease_ttl=30)
         return c.outcome
 
-    assert not await store.forget("s", "absent")
+    assert await store.forget("s", "absent") is ForgetOutcome.NOT_FOUND
     assert await claim("k") is ClaimOutcome.CLAIMED
-    assert not await store.forget("s", "k")  # in flight: a retry would run beside it
+    assert await store.forget("s", "k") is ForgetOutcome.IN_FLIGHT  # a retry would run beside it
     assert await claim("k") is ClaimOutcome.BUSY
-    assert await store.forget("s", "k", force=True)
+    assert await store.forget("s", "k", force=True) is ForgetOutcome.REMOVED
     assert await claim("k") is ClaimOutcome.CLAIMED
     record = await store.get("s", "k")
     assert record is not None
     assert await store.complete("s", "k", record.fence, StoredResponse(201, (), b"{}"))
     assert await claim("k") is ClaimOutcome.COMPLETED
-    assert await store.forget("s", "k")
+    assert await store.forget("s", "k") is ForgetOutcome.REMOVED
     assert await claim("k") is ClaimOutcome.CLAIMED  # the customer's retry runs again
-    assert not await store.forget("other", "k", force=True)  # scoped: nobody else's record
+    assert await store.forget("other", "k", force=True) is ForgetOutcome.NOT_FOUND  # scoped
+    assert [bool(o) for o in ForgetOutcome] == [True, False, False]  # as the bool it was
 
 
 def test_forget_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

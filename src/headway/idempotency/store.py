@@ -26,7 +26,7 @@ from headway._errors import BackendUnavailable, DatabaseNotMigrated
 from headway.idempotency import writes
 from headway.idempotency.claim import claim_record, claim_statement, claimed, one_statement
 from headway.idempotency.executors import Executor, SqlAlchemyExecutor, executor_for
-from headway.idempotency.record import GET, Claim, Record, StoredResponse, read
+from headway.idempotency.record import GET, Claim, ForgetOutcome, Record, StoredResponse, read
 from headway.idempotency.table import metadata, records
 
 __all__ = ["RecordStore"]
@@ -267,15 +267,22 @@ class RecordStore:
         """Delete our PROCESSING record so a retry runs again; False if it is not ours."""
         return await self._accepted(writes.release(scope, key, fence))
 
-    async def forget(self, scope: str, key: str, *, force: bool = False) -> bool:
-        """Delete the record of (scope, key) so the key runs again; whether one was removed.
+    async def forget(self, scope: str, key: str, *, force: bool = False) -> ForgetOutcome:
+        """Delete the record of (scope, key) so the key runs again; say what was found.
 
         For support staff letting a customer retry. A record still in flight
-        (PROCESSING under a live lease) is kept unless ``force``: removing it would let
-        a retry run while the first execution still runs. Even forced, that first
-        execution cannot store its result afterwards (its fenced write finds no record).
+        (PROCESSING under a live lease) is kept unless ``force`` (``IN_FLIGHT``): removing
+        it would let a retry run while the first execution still runs. Even forced, that
+        first execution cannot store its result afterwards (its fenced write finds no
+        record). Only ``REMOVED`` is true, as the bool this returned before.
         """
-        return await self._accepted(writes.forget(scope, key, force=force), self._sqlalchemy)
+        if await self._accepted(writes.forget(scope, key, force=force), self._sqlalchemy):
+            return ForgetOutcome.REMOVED
+        # Not removed: without force, a live record left is one in flight (the DELETE
+        # takes completed, lease-expired and expired records).
+        if not force and await self.get(scope, key) is not None:
+            return ForgetOutcome.IN_FLIGHT
+        return ForgetOutcome.NOT_FOUND
 
     async def purge(self, *, batch_size: int = 1000) -> int:
         """Delete expired records in batches of ``batch_size``; return how many."""
