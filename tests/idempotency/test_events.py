@@ -2,13 +2,11 @@
 
 import asyncio
 import logging
-from pathlib import Path
 
 import httpx
 import pytest
 
-from headway import IdempotencyEvent, MemoryLockBackend, RecordStore, _migrations
-from headway.cli import main
+from headway import IdempotencyEvent, MemoryLockBackend, RecordStore
 from headway.idempotency.record import ClaimOutcome, ForgetOutcome, StoredResponse
 from headway.idempotency.request import scope_id
 from tests.idempotency.apps import Bank, make_app
@@ -120,22 +118,3 @@ async def test_forget_keeps_in_flight_records_unless_forced(store: RecordStore) 
     assert await claim("k") is ClaimOutcome.CLAIMED  # the customer's retry runs again
     assert await store.forget("other", "k", force=True) is ForgetOutcome.NOT_FOUND  # scoped
     assert [bool(o) for o in ForgetOutcome] == [True, False, False]  # as the bool it was
-
-
-def test_forget_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'f.sqlite3'}"
-    _migrations.upgrade(url)
-
-    async def in_flight() -> None:
-        store = RecordStore.from_url(url, create_table=False)
-        try:
-            await store.claim("s", "k", "f" * 64, fence=None, lease_token="t", lease_ttl=30)
-        finally:
-            await store.aclose()
-
-    asyncio.run(in_flight())
-    assert main(["forget", "--scope", "s", "k", url]) == 1  # in flight
-    assert "no record removed" in capsys.readouterr().out
-    assert main(["forget", "--scope", "s", "k", url, "--force"]) == 0
-    assert "forgot the record of key 'k'" in capsys.readouterr().out
-    assert main(["forget", "--scope", "s", "k", url]) == 1
