@@ -19,13 +19,19 @@ from typing import Any, TypeVar
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.pool import QueuePool
 
 from headway._budget import Budget
 from headway._database import create_engine, parse, shown, table_missing
 from headway._errors import BackendUnavailable, DatabaseNotMigrated
 from headway.idempotency import writes
 from headway.idempotency.claim import claim_record, claim_statement, claimed, one_statement
-from headway.idempotency.executors import Executor, SqlAlchemyExecutor, executor_for
+from headway.idempotency.executors import (
+    AsyncpgExecutor,
+    Executor,
+    SqlAlchemyExecutor,
+    executor_for,
+)
 from headway.idempotency.record import GET, Claim, ForgetOutcome, Record, StoredResponse, read
 from headway.idempotency.table import metadata, records
 
@@ -115,7 +121,11 @@ class RecordStore:
         PostgreSQL's default ``max_connections=100``: with more processes (or beside a
         large app pool) pass ``engine_options={"pool_size": 10}``, or use PgBouncer.
         SQLite keeps SQLAlchemy's own pool. ``engine_options`` go to
-        ``create_async_engine`` and replace these defaults key by key.
+        ``create_async_engine`` and replace these defaults key by key (a ``poolclass``
+        replaces them all). On ``postgresql+asyncpg`` the store keeps all but two of the
+        pool checked out between its statements (no pool round per statement), unless
+        the options ask for ``pool_pre_ping``, ``pool_recycle`` or another ``poolclass``;
+        ``aclose`` gives them back.
 
         A URL it cannot use raises ``ValueError`` (a sync driver, not a URL) or
         ``ImportError`` (the driver is not installed), saying which URL or extra to use.
@@ -125,9 +135,14 @@ class RecordStore:
         # No pool_pre_ping: it would add a round trip to each of a first execution's three
         # statements. A connection cut by an outage fails its request (503, Retry-After)
         # and SQLAlchemy then replaces every connection older than the failure.
-        defaults = SQLITE_ENGINE if is_sqlite else SERVER_ENGINE
-        engine = create_engine(parsed, **{**defaults, **(engine_options or {})})
+        given = dict(engine_options or {})
+        # Pool sizes are the queue pool's: another pool class given takes none of them.
+        defaults = SQLITE_ENGINE if is_sqlite else {} if "poolclass" in given else SERVER_ENGINE
+        options = {**defaults, **given}
+        engine = create_engine(parsed, **options)
         store = cls(engine, ttl=ttl, timeout=timeout, driver=driver)
+        if isinstance(store.executor, AsyncpgExecutor):  # the engine is the store's alone
+            store.executor.kept.keep = _keepable(engine, options)
         store._create = is_sqlite if create_table is None else create_table
         return store
 
@@ -301,4 +316,16 @@ class RecordStore:
 
     async def aclose(self) -> None:
         """Dispose of the engine's connections."""
+        await self.executor.aclose()
         await self.engine.dispose()
+
+
+def _keepable(engine: AsyncEngine, options: Mapping[str, Any]) -> int:
+    """How many connections ``from_url``'s store keeps between statements: all but two of
+    its pool (for its statements that go through SQLAlchemy: forget, purge), and none
+    where the options ask the pool to check connections (recycle, pre-ping) or not to
+    pool them at all."""
+    checks = {"pool_recycle", "pool_pre_ping", "poolclass"} & options.keys()
+    if checks or not isinstance(engine.pool, QueuePool):
+        return 0
+    return max(0, engine.pool.size() - 2)
