@@ -29,7 +29,11 @@ EPILOG = (
     "Exit status: 0 done; 1 forget removed no record; 2 a usage error, or a database "
     "that could not be used (the reason on stderr, in one line)."
 )
-URL_HELP = "SQLAlchemy async URL (default: $HEADWAY_DATABASE_URL, else the embedded SQLite file)"
+URL_HELP = (
+    "an async SQLAlchemy URL, e.g. postgresql+asyncpg://user@host/db or "
+    "mysql+aiomysql://user@host/db (default: $HEADWAY_DATABASE_URL, else the embedded "
+    f"SQLite file, {_migrations.DEFAULT_DATABASE_URL})"
+)
 
 #: What a command can fail with that the user can act on (anything else is a bug: traceback).
 FAILURES = (
@@ -127,7 +131,8 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, summary: str) -> argparse.ArgumentParser:
-        return commands.add_parser(name, help=summary, description=f"{summary}.", epilog=EPILOG)
+        described = f"{summary[0].upper()}{summary[1:]}."
+        return commands.add_parser(name, help=summary, description=described, epilog=EPILOG)
 
     demo = command("demo", "play the demo scenes on the embedded defaults")
     demo.add_argument(
