@@ -16,12 +16,13 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from redis import asyncio as aioredis
-from sqlalchemy.ext.asyncio import AsyncEngine
+
+from headway import RecordStore
 
 #: name -> what it is (the README's table)
 SUBJECTS = {
     "bare": "the FastAPI app alone",
-    "headway": "IdempotencyMiddleware, RecordStore on PostgreSQL + RedisLockBackend",
+    "headway": "IdempotencyMiddleware, RecordStore.from_url on PostgreSQL + RedisLockBackend",
     "asgi-idempotency-header": "IdempotencyHeaderMiddleware + its RedisBackend",
     "fastapi-idempotency": "IdempotencyMiddleware (BaseHTTPMiddleware) + its MemoryStore",
 }
@@ -41,15 +42,13 @@ def bare() -> FastAPI:
     return app
 
 
-def headway(engine: AsyncEngine, redis_client: aioredis.Redis) -> Any:
-    from headway import IdempotencyMiddleware, RecordStore, RedisLockBackend
+def headway(store: RecordStore, redis_client: aioredis.Redis) -> Any:
+    from headway import IdempotencyMiddleware, RedisLockBackend
 
-    return IdempotencyMiddleware(
-        bare(), store=RecordStore(engine), lock_backend=RedisLockBackend(redis_client)
-    )
+    return IdempotencyMiddleware(bare(), store=store, lock_backend=RedisLockBackend(redis_client))
 
 
-def asgi_idempotency_header(engine: AsyncEngine, redis_client: aioredis.Redis) -> Any:
+def asgi_idempotency_header(store: RecordStore, redis_client: aioredis.Redis) -> Any:
     from idempotency_header_middleware import IdempotencyHeaderMiddleware
     from idempotency_header_middleware.backends import RedisBackend
 
@@ -57,7 +56,7 @@ def asgi_idempotency_header(engine: AsyncEngine, redis_client: aioredis.Redis) -
     return IdempotencyHeaderMiddleware(bare(), backend=backend)
 
 
-def fastapi_idempotency(engine: AsyncEngine, redis_client: aioredis.Redis) -> Any:
+def fastapi_idempotency(store: RecordStore, redis_client: aioredis.Redis) -> Any:
     from fastapi_idempotency import IdempotencyMiddleware, MemoryStore
 
     app = bare()
@@ -65,8 +64,9 @@ def fastapi_idempotency(engine: AsyncEngine, redis_client: aioredis.Redis) -> An
     return app
 
 
-BUILDERS: dict[str, Callable[[AsyncEngine, aioredis.Redis], Any]] = {
-    "bare": lambda engine, client: bare(),
+#: name -> builder, given headway's store (the peers ignore it) and a Redis client.
+BUILDERS: dict[str, Callable[[RecordStore, aioredis.Redis], Any]] = {
+    "bare": lambda store, client: bare(),
     "headway": headway,
     "asgi-idempotency-header": asgi_idempotency_header,
     "fastapi-idempotency": fastapi_idempotency,

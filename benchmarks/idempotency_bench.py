@@ -5,10 +5,11 @@ fastapi-idempotency.
     uv run --group bench python benchmarks/idempotency_bench.py [--quick]
 
 Every app is called in process as raw ASGI (no HTTP client, no server), so what is
-measured is the middleware and its storage round trips. PostgreSQL is reached through
-one SQLAlchemy async engine (asyncpg) shared by headway's RecordStore and the
-baseline SELECT; Redis is a private ``redis-server`` started through tests/servers.py,
-so its ``INFO commandstats`` counts only this run.
+measured is the middleware and its storage round trips. headway's store is
+``RecordStore.from_url(url)`` exactly as a user writes it (its own engine and default
+pool, nothing tuned); the baseline SELECT runs on a plain ``create_async_engine(url)``
+(asyncpg). Redis is a private ``redis-server`` started through tests/servers.py, so its
+``INFO commandstats`` counts only this run.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import redis
 import sqlalchemy as sa
@@ -69,7 +70,13 @@ def fresh_key() -> str:
 
 async def call(app: Any, key: str | None) -> tuple[int, bool]:
     """POST /payments with ``key``; (status, whether the answer says it is a replay)."""
-    headers = [(b"host", b"bench"), (b"content-type", b"application/json")]
+    # A named caller (its bearer token, headway's default scope): an unnamed one is never
+    # replayed. The peers ignore the header.
+    headers = [
+        (b"host", b"bench"),
+        (b"content-type", b"application/json"),
+        (b"authorization", b"Bearer bench-caller"),
+    ]
     if key is not None:
         headers.append((b"idempotency-key", f'"{key}"'.encode()))
     scope = {
@@ -102,14 +109,14 @@ async def call(app: Any, key: str | None) -> tuple[int, bool]:
 
 
 class Counts:
-    sent: Statements | None = None  # SQL statements and transactions (``count_sql``)
+    sent: ClassVar[list[Statements]] = []  # statements and transactions, per engine
     redis_writes = 0  # requests written to Redis (a pipeline is one)
 
     @classmethod
     def sql(cls) -> tuple[int, int]:
         """Statements sent, and transactions (each a BEGIN and a COMMIT/ROLLBACK round trip
         on asyncpg)."""
-        return (0, 0) if cls.sent is None else (len(cls.sent.sent), cls.sent.transactions)
+        return sum(len(s.sent) for s in cls.sent), sum(s.transactions for s in cls.sent)
 
 
 class CountingConnection(aioredis.Connection):
@@ -133,7 +140,7 @@ def count_sql(engine: AsyncEngine) -> None:
     """Count statements through SQLAlchemy and on the asyncpg driver (the store's executor
     runs its statements there, unseen by SQLAlchemy's events), and SQLAlchemy's transactions
     (an autocommitting connection sends neither BEGIN nor COMMIT: counted alone)."""
-    Counts.sent = Statements(engine)
+    Counts.sent.append(Statements(engine))
 
 
 def server_commands(client: redis.Redis) -> int:
@@ -171,14 +178,18 @@ async def timed(into: Samples, n: int, op: Any) -> None:
 
 
 async def latency_round(
-    apps: dict[str, Any], engine: AsyncEngine, config: Config, info: redis.Redis, out: Results
+    apps: dict[str, Any],
+    engine: AsyncEngine,
+    store: RecordStore,
+    config: Config,
+    info: redis.Redis,
+    out: Results,
 ) -> None:
     bare, headway = apps["bare"], apps["headway"]
     replay_key = fresh_key()
     assert await call(headway, replay_key) == (201, False)
     scope_, key_ = await _first_row(engine, replay_key)
     pk = sa.select(records).where(records.c.scope == scope_, records.c.key == key_)
-    store = RecordStore(engine)
 
     async def pk_select() -> None:
         async with engine.connect() as conn:
@@ -228,11 +239,14 @@ async def throughput_round(apps: dict[str, Any], config: Config, out: Results) -
     per_task = config.concurrent // config.tasks
     for subject, app in apps.items():
         # First executions: every request its own key.
-        async def firsts(app: Any = app) -> None:
-            for _ in range(per_task):
+        async def firsts(n: int = per_task, app: Any = app) -> None:
+            for _ in range(n):
                 status, _replayed = await call(app, fresh_key())
                 assert status == 201, status
 
+        # Warmed up as concurrently as measured: each subject's pools open their
+        # connections before the clock starts (a pool that churns goes on churning).
+        await asyncio.gather(*(firsts(config.warmup) for _ in range(config.tasks)))
         start, cpu = time.perf_counter(), time.process_time()
         await asyncio.gather(*(firsts() for _ in range(config.tasks)))
         rate = per_task * config.tasks / (time.perf_counter() - start)
@@ -319,6 +333,14 @@ def report(out: Results, config: Config) -> str:
             f"| {us(out.cpu[subject].p50())} "
             f"| {out.throughput[(subject, 'replay')].rate():.0f} | {what} |"
         )
+    peer = "asgi-idempotency-header"
+    ours, theirs = out.throughput[("headway", "first")], out.throughput[(peer, "first")]
+    paired = [a / b for a, b in zip(ours.rates, theirs.rates, strict=True)]
+    lines += [
+        "",
+        f"headway / {peer} first executions: {ours.rate() / theirs.rate():.2f}x (medians); "
+        f"per round {', '.join(f'{r:.2f}x' for r in paired)}",
+    ]
     return "\n".join(lines)
 
 
@@ -326,8 +348,10 @@ def report(out: Results, config: Config) -> str:
 
 
 async def run(redis_url: str, database_url: str, config: Config) -> str:
-    engine = create_async_engine(database_url, pool_size=20)
+    store = RecordStore.from_url(database_url)  # as a user writes it: no pool tuning
+    engine = create_async_engine(database_url)  # the baseline's, used one request at a time
     count_sql(engine)
+    count_sql(store.engine)
     count_wire_requests()
     pool = aioredis.ConnectionPool.from_url(redis_url, connection_class=CountingConnection)
     client = aioredis.Redis(connection_pool=pool)
@@ -336,17 +360,18 @@ async def run(redis_url: str, database_url: str, config: Config) -> str:
         async with engine.begin() as conn:
             await conn.run_sync(records.create, checkfirst=True)
             await conn.execute(records.delete())
-        apps = {name: build(engine, client) for name, build in BUILDERS.items()}
+        apps = {name: build(store, client) for name, build in BUILDERS.items()}
         out = Results()
         for r in range(config.rounds):
             print(f"round {r + 1}/{config.rounds}", file=sys.stderr)
-            await latency_round(apps, engine, config, info, out)
+            await latency_round(apps, engine, store, config, info, out)
             order = dict(list(apps.items())[::-1] if r % 2 else apps)
             await throughput_round(order, config, out)
         return report(out, config)
     finally:
         await client.aclose()
         info.close()
+        await store.aclose()
         await engine.dispose()
 
 

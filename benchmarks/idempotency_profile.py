@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from _idem_apps import BUILDERS
 from idempotency_bench import DATABASE_URL, call, fresh_key
 from redis import asyncio as aioredis
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from headway.idempotency.store import RecordStore
 from headway.idempotency.table import records
@@ -73,11 +73,11 @@ async def wal_syncs(engine: AsyncEngine) -> int:
 
 async def run(redis_url: str, subject: str, tasks: int, total: int) -> None:
     settings = {"synchronous_commit": "off"} if os.environ.get("HEADWAY_PROFILE_SYNC_OFF") else {}
-    engine = create_async_engine(
+    store = RecordStore.from_url(
         os.environ.get("HEADWAY_PROFILE_DATABASE_URL", DATABASE_URL),
-        pool_size=20,
-        connect_args={"server_settings": settings},
+        engine_options={"connect_args": {"server_settings": settings}},
     )
+    engine = store.engine
     client = aioredis.Redis.from_url(redis_url)
     async with engine.begin() as conn:
         await conn.run_sync(records.create, checkfirst=True)
@@ -86,7 +86,7 @@ async def run(redis_url: str, subject: str, tasks: int, total: int) -> None:
         timed(RecordStore, method)
     for method in ("acquire", "release"):
         timed(Lock, method)
-    app = BUILDERS[subject](engine, client)
+    app = BUILDERS[subject](store, client)
     for _ in range(50):
         await call(app, fresh_key())
     STEPS.clear()

@@ -29,8 +29,12 @@ def _configure(connection: Connection | None = None) -> None:
 
 def _run(connection: Connection) -> None:
     _configure(connection)
+    migration = context.get_context()
+    before = migration.get_current_revision()
     with context.begin_transaction():
         context.run_migrations()
+    # For ``headway migrate`` to say what it did.
+    config.attributes["revisions"] = (before, migration.get_current_revision())
 
 
 async def _run_async() -> None:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway._errors import (
         BackendUnavailable,
         ConcurrencyLimitExceeded,
+        DatabaseNotMigrated,
         HeadwayError,
         IdempotencyError,
         IdempotencyInProgress,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     )
     from headway.idempotency.function import IdempotentDecorator, idempotent_function
     from headway.idempotency.middleware import IdempotencyMiddleware, idempotent
+    from headway.idempotency.record import ForgetOutcome
     from headway.idempotency.serializers import JsonSerializer, Serializer
     from headway.idempotency.store import RecordStore
     from headway.lock.backends.etcd.backend import EtcdLockBackend
@@ -95,6 +97,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway._errors": (
         "BackendUnavailable",
         "ConcurrencyLimitExceeded",
+        "DatabaseNotMigrated",
         "HeadwayError",
         "IdempotencyError",
         "IdempotencyInProgress",
@@ -113,6 +116,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "fingerprint_fields",
     ),
     "headway.idempotency.middleware": ("IdempotencyMiddleware", "idempotent"),
+    "headway.idempotency.record": ("ForgetOutcome",),
     "headway.idempotency.store": ("RecordStore",),
     "headway.lock.backends.memory": ("MemoryLockBackend",),
     "headway.lock.backends.postgres": ("PostgresLockBackend",),
@@ -194,12 +198,14 @@ __all__ = [
     "ConcurrencyBackend",
     "ConcurrencyLimitExceeded",
     "ConcurrencyLimiter",
+    "DatabaseNotMigrated",
     "Decision",
     "DecisionHook",
     "EtcdLockBackend",
     "FakeClock",
     "FingerprintFunction",
     "FixedWindow",
+    "ForgetOutcome",
     "HeadwayError",
     "IdempotencyError",
     "IdempotencyEvent",

@@ -2,6 +2,7 @@
 
     HeadwayError                  catch-all for headway's own failures
     ├── BackendUnavailable        Redis or the database is down, or slower than its budget
+    │   └── DatabaseNotMigrated   the idempotency table is missing: run ``headway migrate``
     ├── ConcurrencyLimitExceeded  ``ConcurrencyLimiter.hold`` found no free slot (``.admission``)
     ├── IdempotencyError          an idempotent function's call was refused (``.key``)
     │   ├── IdempotencyInProgress the same key is running elsewhere (``on_conflict="raise"``,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BackendUnavailable",
     "ConcurrencyLimitExceeded",
+    "DatabaseNotMigrated",
     "HeadwayError",
     "IdempotencyError",
     "IdempotencyInProgress",
@@ -51,6 +53,13 @@ class BackendUnavailable(HeadwayError):
     def __init__(self, message: str, *, backend: str) -> None:
         super().__init__(message)
         self.backend = backend
+
+
+class DatabaseNotMigrated(BackendUnavailable):
+    """The idempotency records table does not exist: run ``headway migrate URL``.
+
+    Requests are refused as in an outage (503 with ``Retry-After``) until it does.
+    """
 
 
 class ConcurrencyLimitExceeded(HeadwayError):

@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, pool
 
-__all__ = ["DEFAULT_DATABASE_URL", "alembic_config", "downgrade", "migrations_path", "upgrade"]
+from headway._database import create_engine
+
+__all__ = [
+    "DEFAULT_DATABASE_URL",
+    "Migrated",
+    "alembic_config",
+    "downgrade",
+    "migrations_path",
+    "upgrade",
+]
 
 #: The embedded default: a SQLite file in the working directory.
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///headway.sqlite3"
@@ -36,11 +48,32 @@ def alembic_config(url: str, connection: Connection | None = None) -> Config:
     return config
 
 
-def upgrade(url: str, revision: str = "head") -> None:
+@dataclass(frozen=True)
+class Migrated:
+    """What a migration did: the revision before and after (None: no headway tables),
+    and the newest revision there is."""
+
+    before: str | None
+    after: str | None
+    head: str | None
+
+
+def _migrate(url: str, step: Callable[[Config, str], None], revision: str) -> Migrated:
+    # A URL headway cannot use fails here with advice (ValueError, ImportError) instead
+    # of deep inside Alembic's environment; creating the engine does not connect.
+    create_engine(url, poolclass=pool.NullPool)
+    config = alembic_config(url)
+    step(config, revision)
+    # migrations/env.py records the revisions it found and left.
+    before, after = config.attributes.get("revisions", (None, None))
+    return Migrated(before, after, ScriptDirectory.from_config(config).get_current_head())
+
+
+def upgrade(url: str, revision: str = "head") -> Migrated:
     """Apply headway's migrations to ``url`` up to ``revision`` (blocking)."""
-    command.upgrade(alembic_config(url), revision)
+    return _migrate(url, command.upgrade, revision)
 
 
-def downgrade(url: str, revision: str) -> None:
+def downgrade(url: str, revision: str) -> Migrated:
     """Revert headway's migrations on ``url`` down to ``revision`` (``"base"``: all)."""
-    command.downgrade(alembic_config(url), revision)
+    return _migrate(url, command.downgrade, revision)

@@ -1,13 +1,49 @@
-"""The ``headway`` command."""
+"""The ``headway`` command: migrate, purge and forget idempotency records; play the demo.
+
+A database it cannot use (a sync URL, a driver not installed, a server it cannot reach, a
+table never migrated) is one line on stderr saying what to do, and exit status 2.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
+
+from alembic.util.exc import CommandError
+from sqlalchemy import exc as sa_exc
 
 from headway import __version__, _demo, _migrations
+from headway._database import shown
+from headway._errors import BackendUnavailable, DatabaseNotMigrated
+from headway.idempotency.record import ForgetOutcome
+
+DESCRIPTION = (
+    "headway's command: create and upgrade the idempotency records table (migrate), "
+    "delete expired records (purge) or one record (forget), and play the demo."
+)
+EPILOG = (
+    "Exit status: 0 done; 1 forget removed no record; 2 a usage error, or a database "
+    "that could not be used (the reason on stderr, in one line)."
+)
+URL_HELP = (
+    "an async SQLAlchemy URL, e.g. postgresql+asyncpg://user@host/db or "
+    "mysql+aiomysql://user@host/db (default: $HEADWAY_DATABASE_URL, else the embedded "
+    f"SQLite file, {_migrations.DEFAULT_DATABASE_URL})"
+)
+
+#: What a command can fail with that the user can act on (anything else is a bug: traceback).
+FAILURES = (
+    BackendUnavailable,
+    ValueError,
+    ImportError,
+    OSError,
+    sa_exc.SQLAlchemyError,
+    CommandError,
+)
 
 
 def _url(given: str | None) -> str:
@@ -24,7 +60,7 @@ async def _purge(url: str, batch_size: int) -> int:
         await store.aclose()
 
 
-async def _forget(url: str, scope: str, key: str, force: bool) -> bool:
+async def _forget(url: str, scope: str, key: str, force: bool) -> ForgetOutcome:
     from headway.idempotency.store import RecordStore
 
     store = RecordStore.from_url(url, create_table=False)
@@ -34,34 +70,91 @@ async def _forget(url: str, scope: str, key: str, force: bool) -> bool:
         await store.aclose()
 
 
+def migrate(args: argparse.Namespace, url: str) -> int:
+    """Upgrade (or ``--downgrade``) the database and say from which revision to which."""
+    step = _migrations.downgrade if args.downgrade else _migrations.upgrade
+    done = step(url, args.revision or "head")
+    at = f"{done.after or 'base'}{' (head)' if done.after == done.head else ''}"
+    if done.before == done.after:
+        print(f"{shown(url)} is already at {at}: nothing to do")
+    else:
+        verb = "downgraded" if args.downgrade else "migrated"
+        print(f"{verb} {shown(url)} from {done.before or 'base'} to {at}")
+    return 0
+
+
+def purge(args: argparse.Namespace, url: str) -> int:
+    """Delete expired records and say how many."""
+    deleted = asyncio.run(_purge(url, args.batch_size))
+    print(f"purged {deleted} expired idempotency record(s) from {shown(url)}")
+    return 0
+
+
+def forget(args: argparse.Namespace, url: str) -> int:
+    """Delete one record; say whether it was removed, absent, or kept in flight."""
+    outcome = asyncio.run(_forget(url, args.scope, args.key, args.force))
+    key = repr(args.key)
+    if outcome is ForgetOutcome.REMOVED:
+        print(f"forgot the record of key {key}: its next request runs again")
+        return 0
+    if outcome is ForgetOutcome.IN_FLIGHT:
+        print(f"kept the record of key {key}: a request holds it in flight (--force removes it)")
+    else:
+        print(f"no record for scope {args.scope!r} and key {key}: nothing to forget")
+    return 1
+
+
+def explain(exc: BaseException, url: str) -> str:
+    """One line on what went wrong with the database at ``url``, and what to do."""
+    if isinstance(exc, DatabaseNotMigrated | ValueError | ImportError | CommandError):
+        return str(exc).splitlines()[0]  # these already say what to do
+    cause = exc.__cause__ if isinstance(exc, BackendUnavailable) and exc.__cause__ else exc
+    reason = str(getattr(cause, "orig", None) or cause).splitlines()[0]
+    unreachable = (
+        BackendUnavailable, OSError, sa_exc.OperationalError, sa_exc.InterfaceError,
+    )  # fmt: skip
+    if isinstance(exc, unreachable):
+        return f"cannot reach the database at {shown(url)}: {reason} (is it running?)"
+    return f"the database at {shown(url)} refused: {reason}"
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, str], int]] = {
+    "migrate": migrate,
+    "purge": purge,
+    "forget": forget,
+}
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="headway", description=__doc__)
+    parser = argparse.ArgumentParser(prog="headway", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"headway {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="play the demo scenes on the embedded defaults")
+
+    def command(name: str, summary: str) -> argparse.ArgumentParser:
+        described = f"{summary[0].upper()}{summary[1:]}."
+        return commands.add_parser(name, help=summary, description=described, epilog=EPILOG)
+
+    demo = command("demo", "play the demo scenes on the embedded defaults")
     demo.add_argument(
         "scenes", nargs="*", metavar="SCENE", help=f"scenes to play: {', '.join(_demo.SCENES)}"
     )
-    url_help = (
-        "SQLAlchemy async URL (default: $HEADWAY_DATABASE_URL, else the embedded SQLite file)"
-    )
-    migrate = commands.add_parser("migrate", help="apply headway's migrations to a database")
-    migrate.add_argument("url", nargs="?", metavar="URL", help=url_help)
-    migrate.add_argument("--revision", default="head", help="target revision (default: head)")
+    migrate = command("migrate", "create or upgrade headway's tables in a database")
+    migrate.add_argument("url", nargs="?", metavar="URL", help=URL_HELP)
     migrate.add_argument(
-        "--downgrade", action="store_true", help="revert down to --revision (e.g. base)"
+        "--revision", help="target revision (default: head; required with --downgrade)"
     )
-    purge = commands.add_parser("purge", help="delete expired idempotency records")
-    purge.add_argument("url", nargs="?", metavar="URL", help=url_help)
+    migrate.add_argument(
+        "--downgrade", action="store_true", help="revert down to --revision (base: all)"
+    )
+    purge = command("purge", "delete expired idempotency records")
+    purge.add_argument("url", nargs="?", metavar="URL", help=URL_HELP)
     purge.add_argument("--batch-size", type=int, default=1000, help="rows per DELETE")
-    forget = commands.add_parser(
-        "forget", help="delete one idempotency record so its key runs again"
-    )
+    forget = command("forget", "delete one idempotency record so its key runs again")
     forget.add_argument("key", metavar="KEY", help="the Idempotency-Key (without quotes)")
     forget.add_argument(
         "--scope", required=True, help="the record's scope column (the caller's hashed identity)"
     )
-    forget.add_argument("url", nargs="?", metavar="URL", help=url_help)
+    forget.add_argument("url", nargs="?", metavar="URL", help=URL_HELP)
     forget.add_argument(
         "--force", action="store_true", help="remove it even while a request holds it in flight"
     )
@@ -72,25 +165,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``headway`` console script."""
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.command == "migrate":
-        if args.downgrade:
-            _migrations.downgrade(_url(args.url), args.revision)
-        else:
-            _migrations.upgrade(_url(args.url), args.revision)
-    if args.command == "purge":
-        deleted = asyncio.run(_purge(_url(args.url), args.batch_size))
-        print(f"purged {deleted} expired idempotency record(s)")
-    if args.command == "forget":
-        if not asyncio.run(_forget(_url(args.url), args.scope, args.key, args.force)):
-            print("no record removed: none for this scope and key, or one in flight (--force)")
-            return 1
-        print(f"forgot the record of key {args.key!r}: its next request runs again")
     if args.command == "demo":
         unknown = [name for name in args.scenes if name not in _demo.SCENES]
         if unknown:
             parser.error(f"unknown scene {unknown[0]!r}; choose from {', '.join(_demo.SCENES)}")
         asyncio.run(_demo.run(args.scenes or list(_demo.SCENES)))
-    return 0
+        return 0
+    if args.command == "migrate" and args.downgrade and args.revision is None:
+        parser.error("migrate --downgrade needs --revision (e.g. --revision base removes all)")
+    url = _url(args.url)
+    # What the store logs (a missing table) is what this prints: said once, here.
+    quiet = logging.getLogger("headway")
+    if not any(isinstance(h, logging.NullHandler) for h in quiet.handlers):
+        quiet.addHandler(logging.NullHandler())
+    try:
+        return COMMANDS[args.command](args, url)
+    except FAILURES as exc:
+        print(f"headway: {explain(exc, url)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

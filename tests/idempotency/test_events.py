@@ -2,15 +2,13 @@
 
 import asyncio
 import logging
-from pathlib import Path
 
 import httpx
 import pytest
 
-from headway import IdempotencyEvent, MemoryLockBackend, RecordStore, _migrations
-from headway.cli import main
+from headway import IdempotencyEvent, MemoryLockBackend, RecordStore
 from headway.idempotency.callers import scope_id
-from headway.idempotency.record import ClaimOutcome, StoredResponse
+from headway.idempotency.record import ClaimOutcome, ForgetOutcome, StoredResponse
 from tests.idempotency.apps import Bank, make_app
 
 pytestmark = pytest.mark.anyio
@@ -108,35 +106,17 @@ async def test_forget_keeps_in_flight_records_unless_forced(store: RecordStore) 
         c = await store.claim("s", key, "f" * 64, fence=None, lease_token="t", lease_ttl=30)
         return c.outcome
 
-    assert not await store.forget("s", "absent")
+    assert await store.forget("s", "absent") is ForgetOutcome.NOT_FOUND
     assert await claim("k") is ClaimOutcome.CLAIMED
-    assert not await store.forget("s", "k")  # in flight: a retry would run beside it
+    assert await store.forget("s", "k") is ForgetOutcome.IN_FLIGHT  # a retry would run beside it
     assert await claim("k") is ClaimOutcome.BUSY
-    assert await store.forget("s", "k", force=True)
+    assert await store.forget("s", "k", force=True) is ForgetOutcome.REMOVED
     assert await claim("k") is ClaimOutcome.CLAIMED
     record = await store.get("s", "k")
     assert record is not None
     assert await store.complete("s", "k", record.fence, StoredResponse(201, (), b"{}"))
     assert await claim("k") is ClaimOutcome.COMPLETED
-    assert await store.forget("s", "k")
+    assert await store.forget("s", "k") is ForgetOutcome.REMOVED
     assert await claim("k") is ClaimOutcome.CLAIMED  # the customer's retry runs again
-    assert not await store.forget("other", "k", force=True)  # scoped: nobody else's record
-
-
-def test_forget_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'f.sqlite3'}"
-    _migrations.upgrade(url)
-
-    async def in_flight() -> None:
-        store = RecordStore.from_url(url, create_table=False)
-        try:
-            await store.claim("s", "k", "f" * 64, fence=None, lease_token="t", lease_ttl=30)
-        finally:
-            await store.aclose()
-
-    asyncio.run(in_flight())
-    assert main(["forget", "--scope", "s", "k", url]) == 1  # in flight
-    assert "no record removed" in capsys.readouterr().out
-    assert main(["forget", "--scope", "s", "k", url, "--force"]) == 0
-    assert "forgot the record of key 'k'" in capsys.readouterr().out
-    assert main(["forget", "--scope", "s", "k", url]) == 1
+    assert await store.forget("other", "k", force=True) is ForgetOutcome.NOT_FOUND  # scoped
+    assert [bool(o) for o in ForgetOutcome] == [True, False, False]  # as the bool it was

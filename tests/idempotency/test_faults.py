@@ -98,13 +98,19 @@ async def test_database_stopped_mid_traffic(postgres_url: str, pre_ping: bool) -
     await proxy.start()
     url = urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:{proxy.port}"))
     # ``RecordStore.from_url``'s engine does not ping on checkout (a round trip per
-    # statement); connections cut by the outage are replaced after it either way.
-    engine = create_async_engine(url, pool_pre_ping=pre_ping)
+    # statement) and keeps its connections between statements; connections cut by the
+    # outage are replaced after it either way.
+    store = (
+        RecordStore(create_async_engine(url, pool_pre_ping=True), timeout=2)
+        if pre_ping
+        else RecordStore.from_url(url, timeout=2)
+    )
+    engine = store.engine
     async with engine.begin() as conn:
         await conn.run_sync(metadata.create_all)
         await conn.execute(records.delete())
     bank = Bank()
-    app = make_app(bank, store=RecordStore(engine, timeout=2), lock_backend=MemoryLockBackend())
+    app = make_app(bank, store=store, lock_backend=MemoryLockBackend())
     try:
         async with connect(app) as client:
             before = [await pay(client, f"up-{i}") for i in range(3)]
@@ -115,7 +121,7 @@ async def test_database_stopped_mid_traffic(postgres_url: str, pre_ping: bool) -
             replays = [await pay(client, f"up-{i}") for i in range(3)]
     finally:
         stored = await rows(RecordStore(engine))
-        await engine.dispose()
+        await store.aclose()
         await proxy.stop()
         gc.collect()
     assert [r.status_code for r in before] == [201] * 3

@@ -8,7 +8,7 @@ import logging
 import math
 from collections.abc import Callable
 
-from headway._errors import BackendUnavailable, LockLost
+from headway._errors import BackendUnavailable, DatabaseNotMigrated, LockLost
 from headway._http import Send, send_problem, send_response
 from headway.idempotency.capture import Capture
 from headway.idempotency.events import IdempotencyHook
@@ -123,7 +123,8 @@ async def answer_unavailable(
         problem = "idempotency-lease-lost"
         detail = "The request lost its lock before it finished; nothing was stored. Retry."
     else:
-        log.warning("idempotency unavailable (%s): %s", exc.backend, exc)
+        if not isinstance(exc, DatabaseNotMigrated):  # the store logs that, not per request
+            log.warning("idempotency unavailable (%s): %s", exc.backend, exc)
         problem = f"idempotency-{exc.backend}-unavailable"
         detail = "The idempotency record could not be checked; nothing was done. Retry later."
     await send_problem(

@@ -15,6 +15,8 @@ travels. ``executor_for`` picks one per engine when the store is built:
   of client CPU per statement); SQLAlchemy's ``before_cursor_execute`` events do not
   see these statements. A connection the driver reports broken is invalidated in the
   pool and the operation raises ``BackendUnavailable``, as the engine's own path does.
+  On an engine the store created, it keeps its connections checked out between
+  statements (``kept.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.util import greenlet_spawn
 
 from headway._errors import BackendUnavailable
+from headway.idempotency.kept import Kept
 
 __all__ = ["AsyncpgExecutor", "Executor", "SqlAlchemyExecutor", "executor_for"]
 
@@ -52,6 +55,9 @@ class Executor:
     async def rowcount(self, statement: Executable, params: Params) -> int:
         """How many rows ``statement`` changed."""
         raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Give back whatever connections the executor holds between statements."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
@@ -98,8 +104,10 @@ class AsyncpgExecutor(Executor):
 
     name = "asyncpg"
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, keep: int = 0) -> None:
         super().__init__(engine)
+        #: The connections kept checked out between statements (``kept.py``).
+        self.kept = Kept(keep)
         # Keyed by the statement object (kept alive by the entry): the store's statements
         # are module constants, so this holds a handful of entries.
         self._compiled: dict[int, tuple[Executable, str, tuple[_Argument, ...]]] = {}
@@ -146,19 +154,28 @@ class AsyncpgExecutor(Executor):
         """``fetchrow`` (``fetch``) or ``execute`` on a pooled connection's driver.
 
         The pooled connection is checked out raw (no SQLAlchemy ``Connection`` around it:
-        a third less client CPU per statement) and given back the way SQLAlchemy gives it
-        back (its reset finds no transaction: none was begun, the statement autocommitted).
+        a third less client CPU per statement), or kept from the last statement, and given
+        back the way SQLAlchemy gives it back (its reset finds no transaction: none was
+        begun, the statement autocommitted).
         """
-        pooled = await self._checkout()
+        pooled = await self.kept.take(self._checkout)
         try:
             driver: Any = pooled.driver_connection
             self.sent += 1
-            return await (driver.fetchrow(sql, *values) if fetch else driver.execute(sql, *values))
+            result = await (
+                driver.fetchrow(sql, *values) if fetch else driver.execute(sql, *values)
+            )
         except BaseException as exc:
-            await _on_failure(pooled, exc)
+            try:
+                await _on_failure(pooled, exc)
+            finally:
+                await self.kept.drop(pooled)
             raise
-        finally:
-            await greenlet_spawn(pooled.close)
+        await self.kept.put_back(pooled)
+        return result
+
+    async def aclose(self) -> None:
+        await self.kept.aclose()
 
     async def _checkout(self) -> PoolProxiedConnection:
         """A pooled connection; one the driver already knows is closed (its socket saw EOF,
@@ -212,13 +229,13 @@ async def _on_failure(pooled: PoolProxiedConnection, exc: BaseException) -> None
         raise BackendUnavailable(f"database connection lost: {exc}", backend="database") from exc
 
 
-def executor_for(engine: AsyncEngine, driver: bool = True) -> Executor:
+def executor_for(engine: AsyncEngine, driver: bool = True, keep: int = 0) -> Executor:
     """The executor for ``engine``: with ``driver``, the driver path on
-    ``postgresql+asyncpg`` (unless the engine translates schema names); SQLAlchemy's
-    execution elsewhere."""
+    ``postgresql+asyncpg`` (unless the engine translates schema names), keeping up to
+    ``keep`` connections between statements; SQLAlchemy's execution elsewhere."""
     dialect = engine.dialect
     # A schema translate map is applied by SQLAlchemy's execution, which the driver skips.
     translated = engine.get_execution_options().get("schema_translate_map")
     if driver and dialect.name == "postgresql" and dialect.driver == "asyncpg" and not translated:
-        return AsyncpgExecutor(engine)
+        return AsyncpgExecutor(engine, keep)
     return SqlAlchemyExecutor(engine)

@@ -11,7 +11,16 @@ import sqlalchemy as sa
 
 from headway.idempotency.table import Status, db_now, records
 
-__all__ = ["GET", "RECORD_COLUMNS", "Claim", "ClaimOutcome", "Record", "StoredResponse", "read"]
+__all__ = [
+    "GET",
+    "RECORD_COLUMNS",
+    "Claim",
+    "ClaimOutcome",
+    "ForgetOutcome",
+    "Record",
+    "StoredResponse",
+    "read",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +51,17 @@ class ClaimOutcome(enum.Enum):
     COMPLETED = "completed"  # already done with this fingerprint: replay ``record``
     MISMATCH = "mismatch"  # the key belongs to a different request
     BUSY = "busy"  # a newer or live holder has it
+
+
+class ForgetOutcome(enum.Enum):
+    """What ``RecordStore.forget`` found. Only ``REMOVED`` is true (it was a bool)."""
+
+    REMOVED = "removed"  # the record is gone: the key's next request runs again
+    NOT_FOUND = "not_found"  # no record for this scope and key (or only an expired one)
+    IN_FLIGHT = "in_flight"  # a request holds it under a live lease: kept (``force`` removes it)
+
+    def __bool__(self) -> bool:
+        return self is ForgetOutcome.REMOVED
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,23 +11,45 @@ how they travel, ``executors`` (the asyncpg driver on PostgreSQL, else SQLAlchem
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.pool import QueuePool
 
 from headway._budget import Budget
-from headway._errors import BackendUnavailable
+from headway._database import create_engine, parse, shown, table_missing
+from headway._errors import BackendUnavailable, DatabaseNotMigrated
 from headway.idempotency import writes
 from headway.idempotency.claim import claim_record, claim_statement, claimed, one_statement
-from headway.idempotency.executors import Executor, SqlAlchemyExecutor, executor_for
-from headway.idempotency.record import GET, Claim, Record, StoredResponse, read
-from headway.idempotency.table import metadata
+from headway.idempotency.executors import (
+    AsyncpgExecutor,
+    Executor,
+    SqlAlchemyExecutor,
+    executor_for,
+)
+from headway.idempotency.record import GET, Claim, ForgetOutcome, Record, StoredResponse, read
+from headway.idempotency.table import metadata, records
 
 __all__ = ["RecordStore"]
 
 T = TypeVar("T")
+
+log = logging.getLogger("headway.idempotency")
+
+#: Seconds between two log lines about a missing table (the first is logged at once).
+REPORT_EVERY = 300.0
+
+#: ``from_url``'s engine on a database server: no connection opened and closed per
+#: request under concurrency (SQLAlchemy's default, 5 + 10 overflow, churned one per
+#: request beyond five in flight); docs/decisions.md has the numbers.
+SERVER_ENGINE: dict[str, Any] = {"pool_size": 20, "max_overflow": 0}
+#: SQLite: one writer at a time, so writers wait for the file lock rather than fail.
+SQLITE_ENGINE: dict[str, Any] = {"connect_args": {"timeout": 30}}
 
 #: Database errors that mean "cannot answer now" rather than "you asked wrongly".
 UNAVAILABLE: tuple[type[BaseException], ...] = (
@@ -76,18 +98,51 @@ class RecordStore:
         )
 
     @classmethod
-    def from_url(cls, url: str, *, create_table: bool | None = None, **options: Any) -> RecordStore:
-        """A store on a new engine for ``url``.
+    def from_url(
+        cls,
+        url: str,
+        *,
+        ttl: float = 24 * 3600,
+        timeout: float = 5.0,
+        driver: bool = True,
+        create_table: bool | None = None,
+        engine_options: Mapping[str, Any] | None = None,
+    ) -> RecordStore:
+        """A store on a new engine for ``url``, an async SQLAlchemy URL.
 
         ``create_table`` (default: only for SQLite, the embedded setup) creates
         the table on first use; elsewhere run ``headway migrate``.
+
+        Pool sizing: on PostgreSQL and MySQL/MariaDB the engine keeps up to
+        ``pool_size=20`` connections and opens no overflow (``max_overflow=0``). Each
+        statement holds a connection only while it runs, so 20 serve every request one
+        event loop keeps in flight, none is opened and closed per request, and a
+        connection opened once stays. Twenty per process means five processes fill
+        PostgreSQL's default ``max_connections=100``: with more processes (or beside a
+        large app pool) pass ``engine_options={"pool_size": 10}``, or use PgBouncer.
+        SQLite keeps SQLAlchemy's own pool. ``engine_options`` go to
+        ``create_async_engine`` and replace these defaults key by key (a ``poolclass``
+        replaces them all). On ``postgresql+asyncpg`` the store keeps all but two of the
+        pool checked out between its statements (no pool round per statement), unless
+        the options ask for ``pool_pre_ping``, ``pool_recycle`` or another ``poolclass``;
+        ``aclose`` gives them back.
+
+        A URL it cannot use raises ``ValueError`` (a sync driver, not a URL) or
+        ``ImportError`` (the driver is not installed), saying which URL or extra to use.
         """
-        is_sqlite = url.startswith("sqlite")
+        parsed = parse(url)
+        is_sqlite = parsed.get_backend_name() == "sqlite"
         # No pool_pre_ping: it would add a round trip to each of a first execution's three
         # statements. A connection cut by an outage fails its request (503, Retry-After)
         # and SQLAlchemy then replaces every connection older than the failure.
-        engine = create_async_engine(url, connect_args={"timeout": 30} if is_sqlite else {})
-        store = cls(engine, **options)
+        given = dict(engine_options or {})
+        # Pool sizes are the queue pool's: another pool class given takes none of them.
+        defaults = SQLITE_ENGINE if is_sqlite else {} if "poolclass" in given else SERVER_ENGINE
+        options = {**defaults, **given}
+        engine = create_engine(parsed, **options)
+        store = cls(engine, ttl=ttl, timeout=timeout, driver=driver)
+        if isinstance(store.executor, AsyncpgExecutor):  # the engine is the store's alone
+            store.executor.kept.keep = _keepable(engine, options)
         store._create = is_sqlite if create_table is None else create_table
         return store
 
@@ -110,19 +165,40 @@ class RecordStore:
         self._create = False
 
     async def _run(self, op: Callable[[], Awaitable[T]]) -> T:
-        """``op()`` within ``timeout``, outages mapped to ``BackendUnavailable``."""
+        """``op()`` within ``timeout``, outages mapped to ``BackendUnavailable`` and a
+        missing table to ``DatabaseNotMigrated``."""
         try:
             if self._create:
                 return await self._budget.run(self._after_table(op))
             return await self._budget.run(op())
-        except UNAVAILABLE as exc:
-            raise BackendUnavailable(f"database unavailable: {exc}", backend="database") from exc
-        except sa_exc.DBAPIError as exc:
-            if exc.connection_invalidated:
-                raise BackendUnavailable(
-                    f"database connection lost: {exc}", backend="database"
-                ) from exc
-            raise
+        except Exception as exc:
+            unavailable = self._unavailable(exc)
+            if unavailable is None:
+                raise
+            raise unavailable from exc
+
+    def _unavailable(self, exc: Exception) -> BackendUnavailable | None:
+        """What ``exc`` means for the caller, when it means "cannot answer now"."""
+        if table_missing(exc, records.name):
+            return self._not_migrated()
+        if isinstance(exc, UNAVAILABLE):
+            return BackendUnavailable(f"database unavailable: {exc}", backend="database")
+        if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
+            return BackendUnavailable(f"database connection lost: {exc}", backend="database")
+        return None
+
+    _reported = -math.inf  # when a missing table was last logged (monotonic clock)
+
+    def _not_migrated(self) -> DatabaseNotMigrated:
+        """The error for a missing table, logged once every ``REPORT_EVERY`` seconds: every
+        keyed request fails until someone migrates, and one line says what to do."""
+        advice = f"run `headway migrate {shown(self.engine.url)}`"
+        message = f"the idempotency table {records.name} does not exist: {advice}"
+        now = time.monotonic()
+        if now - self._reported >= REPORT_EVERY:
+            self._reported = now
+            log.error("%s (until then, every keyed request is answered 503)", message)
+        return DatabaseNotMigrated(message, backend="database")
 
     async def _after_table(self, op: Callable[[], Awaitable[T]]) -> T:
         await self._table_ready()
@@ -206,15 +282,22 @@ class RecordStore:
         """Delete our PROCESSING record so a retry runs again; False if it is not ours."""
         return await self._accepted(writes.release(scope, key, fence))
 
-    async def forget(self, scope: str, key: str, *, force: bool = False) -> bool:
-        """Delete the record of (scope, key) so the key runs again; whether one was removed.
+    async def forget(self, scope: str, key: str, *, force: bool = False) -> ForgetOutcome:
+        """Delete the record of (scope, key) so the key runs again; say what was found.
 
         For support staff letting a customer retry. A record still in flight
-        (PROCESSING under a live lease) is kept unless ``force``: removing it would let
-        a retry run while the first execution still runs. Even forced, that first
-        execution cannot store its result afterwards (its fenced write finds no record).
+        (PROCESSING under a live lease) is kept unless ``force`` (``IN_FLIGHT``): removing
+        it would let a retry run while the first execution still runs. Even forced, that
+        first execution cannot store its result afterwards (its fenced write finds no
+        record). Only ``REMOVED`` is true, as the bool this returned before.
         """
-        return await self._accepted(writes.forget(scope, key, force=force), self._sqlalchemy)
+        if await self._accepted(writes.forget(scope, key, force=force), self._sqlalchemy):
+            return ForgetOutcome.REMOVED
+        # Not removed: without force, a live record left is one in flight (the DELETE
+        # takes completed, lease-expired and expired records).
+        if not force and await self.get(scope, key) is not None:
+            return ForgetOutcome.IN_FLIGHT
+        return ForgetOutcome.NOT_FOUND
 
     async def purge(self, *, batch_size: int = 1000) -> int:
         """Delete expired records in batches of ``batch_size``; return how many."""
@@ -233,4 +316,16 @@ class RecordStore:
 
     async def aclose(self) -> None:
         """Dispose of the engine's connections."""
+        await self.executor.aclose()
         await self.engine.dispose()
+
+
+def _keepable(engine: AsyncEngine, options: Mapping[str, Any]) -> int:
+    """How many connections ``from_url``'s store keeps between statements: all but two of
+    its pool (for its statements that go through SQLAlchemy: forget, purge), and none
+    where the options ask the pool to check connections (recycle, pre-ping) or not to
+    pool them at all."""
+    checks = {"pool_recycle", "pool_pre_ping", "poolclass"} & options.keys()
+    if checks or not isinstance(engine.pool, QueuePool):
+        return 0
+    return max(0, engine.pool.size() - 2)
