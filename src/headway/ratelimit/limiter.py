@@ -129,7 +129,8 @@ class RateLimiter(_Shell):
         self._read = decision_from_reply if fast is None else fast.read
         self._failures = () if fast is None else fast.failures
 
-    async def _decide(self, key: str, cost: int, peek: bool) -> Decision:
+    async def decide(self, key: str, cost: int = 1, *, peek: bool = False) -> Decision:
+        """``hit`` (or, with ``peek``, ``peek``) in one call: for callers choosing per call."""
         if (cached := self._cached(key, cost)) is not None:
             return cached
         if (ledger := self._ledger) is not None:
@@ -249,11 +250,11 @@ class RateLimiter(_Shell):
             local = ledger.spend(key, self._ns() // 1000, cost, False)
             if local is not None:
                 return local
-        return await self._decide(key, cost, peek=False)
+        return await self.decide(key, cost)
 
     async def peek(self, key: str, cost: int = 1) -> Decision:
         """The decision ``hit`` would make, without charging anything."""
-        return await self._decide(key, cost, peek=True)
+        return await self.decide(key, cost, peek=True)
 
     async def reset(self, key: str) -> None:
         """Forget ``key``'s usage under every policy (raises BackendUnavailable on failure)."""
@@ -308,7 +309,8 @@ class SyncRateLimiter(_Shell):
             leasing: SyncLeasingBackend = self.backend  # type: ignore[assignment]
             self._leases = SyncLeases(lease, self.policies, leasing, nanoseconds(self.clock))
 
-    def _decide(self, key: str, cost: int, peek: bool) -> Decision:
+    def decide(self, key: str, cost: int = 1, *, peek: bool = False) -> Decision:
+        """``hit`` (or, with ``peek``, ``peek``) in one call: for callers choosing per call."""
         if (cached := self._cached(key, cost)) is not None:
             return cached
         sent = self.clock()
@@ -334,11 +336,11 @@ class SyncRateLimiter(_Shell):
             and (local := leases.spend(key, cost, False)) is not None
         ):
             return local
-        return self._decide(key, cost, peek=False)
+        return self.decide(key, cost)
 
     def peek(self, key: str, cost: int = 1) -> Decision:
         """The decision ``hit`` would make, without charging anything."""
-        return self._decide(key, cost, peek=True)
+        return self.decide(key, cost, peek=True)
 
     def return_leases(self) -> None:
         """Give every lease's unspent units back now (see ``RateLimiter.return_leases``)."""
