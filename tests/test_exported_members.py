@@ -25,6 +25,7 @@ def test_all_is_pinned() -> None:
         "EtcdLockBackend",
         "FakeClock",
         "FixedWindow",
+        "Grant",
         "HeadwayError",
         "IdempotencyError",
         "IdempotencyEvent",
@@ -91,12 +92,14 @@ def test_all_is_pinned() -> None:
         "TokenBucket",
         "ZooKeeperLockBackend",
         "by_credentials",
+        "decide_states",
         "fenced_update",
         "fenced_update_statement",
         "fenced_update_sync",
         "idempotent",
         "idempotent_function",
         "rate_limit",
+        "state_names",
     ]
 
 

@@ -52,6 +52,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         RateLimitBackend,
         SyncConcurrencyBackend,
         SyncRateLimitBackend,
+        decide_states,
+        state_names,
     )
     from headway.ratelimit.backends.memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
     from headway.ratelimit.backends.redis import RedisRateLimitBackend, SyncRedisRateLimitBackend
@@ -81,7 +83,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         SlidingLog,
         TokenBucket,
     )
-    from headway.ratelimit.slots import Admission
+    from headway.ratelimit.slots import Admission, Grant
 
 #: Where each public name lives: module -> names. Keep it in step with the imports above
 #: (``tests/test_exported_members.py`` checks both against ``__all__``).
@@ -118,6 +120,8 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "RateLimitBackend",
         "SyncConcurrencyBackend",
         "SyncRateLimitBackend",
+        "decide_states",
+        "state_names",
     ),
     "headway.ratelimit.backends.memory": ("MemoryRateLimitBackend", "SyncMemoryRateLimitBackend"),
     "headway.ratelimit.backends.redis": ("RedisRateLimitBackend", "SyncRedisRateLimitBackend"),
@@ -145,7 +149,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "SlidingLog",
         "TokenBucket",
     ),
-    "headway.ratelimit.slots": ("Admission",),
+    "headway.ratelimit.slots": ("Admission", "Grant"),
     "headway.ratelimit.http.dependency": (
         "RateLimitDependency",
         "RateLimitRefused",
@@ -189,6 +193,7 @@ __all__ = [
     "EtcdLockBackend",
     "FakeClock",
     "FixedWindow",
+    "Grant",
     "HeadwayError",
     "IdempotencyError",
     "IdempotencyEvent",
@@ -255,12 +260,14 @@ __all__ = [
     "TokenBucket",
     "ZooKeeperLockBackend",
     "by_credentials",
+    "decide_states",
     "fenced_update",
     "fenced_update_statement",
     "fenced_update_sync",
     "idempotent",
     "idempotent_function",
     "rate_limit",
+    "state_names",
 ]
 
 
