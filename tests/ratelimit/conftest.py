@@ -24,6 +24,7 @@ from headway import (
     RateLimitBackend,
     RedisRateLimitBackend,
 )
+from tests.ratelimit.toy_backend import DictBackend
 from tests.servers import RedisServers, Server
 
 #: Makes backends of one kind; on a store they share, two of them share its state.
@@ -58,10 +59,16 @@ async def _redis(request: pytest.FixtureRequest) -> AsyncIterator[BackendFactory
         await client.aclose()
 
 
+@contextlib.asynccontextmanager
+async def _toy(request: pytest.FixtureRequest) -> AsyncIterator[BackendFactory]:
+    yield DictBackend
+
+
 #: name -> entry. A new backend is one entry here.
 RATE_LIMIT_BACKENDS: dict[str, Entry] = {
     "memory": Entry(_memory),
     "redis": Entry(_redis),
+    "toy": Entry(_toy, lacks={"lease": "the public contract only: decide and reset"}),
 }
 
 
