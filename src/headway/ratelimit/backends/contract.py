@@ -195,4 +195,4 @@ def decide_states(
     """
     policies = PolicySet.of(policies)
     reply, writes = decide(states, policies.checks, now_us, cost, peek)
-    return decision_from_reply(reply, policies), [] if writes is None else list(writes)
+    return decision_from_reply(reply, policies), [] if writes is None else writes
