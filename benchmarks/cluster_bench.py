@@ -42,7 +42,7 @@ import redis
 from redis import asyncio as aioredis
 
 import headway
-from headway.ratelimit.backends.contract import state_keys
+from headway.ratelimit.backends.redis_scripts import state_keys
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.servers import RedisServers

@@ -28,6 +28,7 @@ def test_all_is_pinned() -> None:
         "FingerprintFunction",
         "FixedWindow",
         "ForgetOutcome",
+        "Grant",
         "HeadwayError",
         "IdempotencyError",
         "IdempotencyEvent",
@@ -94,6 +95,7 @@ def test_all_is_pinned() -> None:
         "TokenBucket",
         "ZooKeeperLockBackend",
         "by_credentials",
+        "decide_states",
         "default_fingerprint",
         "fenced_update",
         "fenced_update_statement",
@@ -102,6 +104,7 @@ def test_all_is_pinned() -> None:
         "idempotent",
         "idempotent_function",
         "rate_limit",
+        "state_names",
     ]
 
 

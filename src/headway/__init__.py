@@ -59,6 +59,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         RateLimitBackend,
         SyncConcurrencyBackend,
         SyncRateLimitBackend,
+        decide_states,
+        state_names,
     )
     from headway.ratelimit.backends.memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
     from headway.ratelimit.backends.redis import RedisRateLimitBackend, SyncRedisRateLimitBackend
@@ -88,7 +90,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         SlidingLog,
         TokenBucket,
     )
-    from headway.ratelimit.slots import Admission
+    from headway.ratelimit.slots import Admission, Grant
 
 #: Where each public name lives: module -> names. Keep it in step with the imports above
 #: (``tests/test_exported_members.py`` checks both against ``__all__``).
@@ -132,6 +134,8 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "RateLimitBackend",
         "SyncConcurrencyBackend",
         "SyncRateLimitBackend",
+        "decide_states",
+        "state_names",
     ),
     "headway.ratelimit.backends.memory": ("MemoryRateLimitBackend", "SyncMemoryRateLimitBackend"),
     "headway.ratelimit.backends.redis": ("RedisRateLimitBackend", "SyncRedisRateLimitBackend"),
@@ -159,7 +163,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "SlidingLog",
         "TokenBucket",
     ),
-    "headway.ratelimit.slots": ("Admission",),
+    "headway.ratelimit.slots": ("Admission", "Grant"),
     "headway.ratelimit.http.dependency": (
         "RateLimitDependency",
         "RateLimitRefused",
@@ -206,6 +210,7 @@ __all__ = [
     "FingerprintFunction",
     "FixedWindow",
     "ForgetOutcome",
+    "Grant",
     "HeadwayError",
     "IdempotencyError",
     "IdempotencyEvent",
@@ -272,6 +277,7 @@ __all__ = [
     "TokenBucket",
     "ZooKeeperLockBackend",
     "by_credentials",
+    "decide_states",
     "default_fingerprint",
     "fenced_update",
     "fenced_update_statement",
@@ -280,6 +286,7 @@ __all__ = [
     "idempotent",
     "idempotent_function",
     "rate_limit",
+    "state_names",
 ]
 
 

@@ -7,11 +7,19 @@ import typing
 
 from hypothesis import strategies as st
 
+from headway._clock import FakeClock
 from headway.ratelimit.algorithms import ALGORITHMS
 from headway.ratelimit.policies import Policy
 
 # Around 2024 in server microseconds: big enough to exercise Lua's doubles.
 EPOCH_US = 1_700_000_000_000_000
+
+
+def set_us(clock: FakeClock, now_us: int) -> None:
+    """Set ``clock`` to ``now_us`` microseconds (which backends read back exactly)."""
+    clock.now = now_us / 1_000_000
+    assert round(clock() * 1_000_000) == now_us
+
 
 PERIODS = st.sampled_from([0.001, 0.007, 0.25, 1.0, 3.0])
 

@@ -12,6 +12,7 @@ from redis.cluster import RedisCluster
 from headway import (
     Concurrency,
     ConcurrencyLimiter,
+    FakeClock,
     RateLimiter,
     RedisRateLimitBackend,
     Source,
@@ -19,7 +20,7 @@ from headway import (
     SyncRedisRateLimitBackend,
 )
 from headway._redis.cluster_wire import ClusterWire
-from tests.ratelimit.strategies import EPOCH_US
+from tests.ratelimit.strategies import EPOCH_US, set_us
 from tests.ratelimit.test_concurrency import BUCKETS, WINDOWS
 from tests.ratelimit.test_redis import POLICIES
 from tests.servers import RedisServers, Server
@@ -70,14 +71,16 @@ async def test_keys_spread_over_the_masters_and_limits_hold(
 async def test_the_scripts_match_the_model_on_the_cluster(cluster: list[Server]) -> None:
     client = RedisCluster(host="127.0.0.1", port=cluster[0].port)
     try:
-        remote = SyncRedisRateLimitBackend(client)
-        model = SyncMemoryRateLimitBackend()
+        clock = FakeClock()
+        remote = SyncRedisRateLimitBackend(client, clock=clock)
+        model = SyncMemoryRateLimitBackend(clock=clock)
         now = EPOCH_US
         for step in range(300):
             now += (step * 7919) % 400_000
+            set_us(clock, now)
             key, cost, peek = f"k{step % 5}", 1 + step % 3, step % 7 == 0
-            assert remote.decide(key, POLICIES, cost, peek, now_us=now) == model.decide(
-                key, POLICIES, cost, peek, now_us=now
+            assert remote.decide(key, POLICIES, cost, peek) == model.decide(
+                key, POLICIES, cost, peek
             )
         wire = remote._wire._cluster  # headway's sockets, one SyncWire per primary
         assert wire is not None
@@ -104,9 +107,9 @@ async def test_calls_go_over_headways_connections_one_per_primary(
 async def test_a_thousand_concurrent_hits_admit_exactly_the_limit(
     client: aioredis.RedisCluster, policy: object
 ) -> None:
-    backend = RedisRateLimitBackend(client)
+    backend = RedisRateLimitBackend(client, clock=FakeClock(EPOCH_US / 1_000_000))
     verdicts = await asyncio.gather(
-        *(backend.decide("hot", [policy], 1, False, now_us=EPOCH_US) for _ in range(1000))  # type: ignore[list-item]
+        *(backend.decide("hot", [policy], 1, False) for _ in range(1000))  # type: ignore[list-item]
     )
     assert sum(v.allowed for v in verdicts) == 100
 

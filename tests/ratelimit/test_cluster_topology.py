@@ -30,7 +30,7 @@ from headway import (
 )
 from headway._redis.cluster_wire import ClusterWire, slot_of
 from headway._redis.sync_cluster_wire import SyncClusterWire
-from headway.ratelimit.backends.contract import state_keys
+from headway.ratelimit.backends.redis_scripts import state_keys
 from headway.ratelimit.decision import Decision
 from tests.servers import RedisServers, Server
 

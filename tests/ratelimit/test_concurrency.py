@@ -9,6 +9,7 @@ import pytest
 from redis import asyncio as aioredis
 
 from headway import (
+    FakeClock,
     FixedWindow,
     LeakyBucket,
     RateLimiter,
@@ -19,7 +20,7 @@ from headway import (
     TokenBucket,
 )
 from headway.ratelimit.policies import Policy
-from tests.ratelimit.strategies import EPOCH_US
+from tests.ratelimit.strategies import EPOCH_US, set_us
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 
@@ -45,16 +46,17 @@ async def _waves(
 
     Returns what Redis admitted and what the model admits for the same waves.
     """
-    backend, model = RedisRateLimitBackend(client), SyncMemoryRateLimitBackend()
+    clock = FakeClock()
+    backend = RedisRateLimitBackend(client, clock=clock)
+    model = SyncMemoryRateLimitBackend(clock=clock)
     admitted = expected = 0
     for now, hits in waves:
+        set_us(clock, now)
         verdicts = await asyncio.gather(
-            *(backend.decide("hot", [policy], 1, False, now_us=now) for _ in range(hits))
+            *(backend.decide("hot", [policy], 1, False) for _ in range(hits))
         )
         admitted += sum(v.allowed for v in verdicts)
-        expected += sum(
-            model.decide("hot", [policy], 1, False, now_us=now).allowed for _ in range(hits)
-        )
+        expected += sum(model.decide("hot", [policy], 1, False).allowed for _ in range(hits))
     return admitted, expected
 
 

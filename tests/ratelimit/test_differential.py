@@ -1,7 +1,8 @@
 """The Lua scripts on real Redis against the Python reference model, call for call.
 
-Time is injected (the scripts' test-only ``now`` argument), so both sides see
-the same microseconds; every reply must be identical.
+Time is injected: both backends read one ``FakeClock`` (the Redis backend sends it in
+place of the server's ``TIME``), so both sides see the same microseconds; every reply
+must be identical.
 """
 
 from __future__ import annotations
@@ -15,18 +16,18 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from headway import SyncMemoryRateLimitBackend, SyncRedisRateLimitBackend
+from headway import FakeClock, SyncMemoryRateLimitBackend, SyncRedisRateLimitBackend
 from headway._redis.scripts import Script
 from headway._redis.sync_wire import SyncWire
 from headway.ratelimit.algorithms import algorithm_of
-from headway.ratelimit.backends.contract import decide_call
-from headway.ratelimit.backends.redis_scripts import decide_script
+from headway.ratelimit.backends.redis_scripts import decide_call, decide_script
 from headway.ratelimit.policies import Policy
 from tests.ratelimit.strategies import (
     ALGORITHMS_BY_NAME,
     EPOCH_US,
     any_policy,
     policy_sets,
+    set_us,
     steps,
 )
 
@@ -46,8 +47,9 @@ def replay(
     start: int,
     calls: Sequence[tuple[int, int, int, bool]],
 ) -> None:
-    remote = SyncRedisRateLimitBackend(client)
-    model = SyncMemoryRateLimitBackend()
+    clock = FakeClock()
+    remote = SyncRedisRateLimitBackend(client, clock=clock)
+    model = SyncMemoryRateLimitBackend(clock=clock)
     run = next(_run)
     limit = min(p.limit for p in policies)
     now = EPOCH_US + start
@@ -55,8 +57,9 @@ def replay(
         now += step
         key = f"diff-{run}-{key_index}"
         cost = min(cost, limit)
-        expected = model.decide(key, policies, cost, peek, now_us=now)
-        actual = remote.decide(key, policies, cost, peek, now_us=now)
+        set_us(clock, now)
+        expected = model.decide(key, policies, cost, peek)
+        actual = remote.decide(key, policies, cost, peek)
         assert actual == expected, (policies, now, key, cost, peek)
 
 

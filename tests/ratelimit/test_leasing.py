@@ -53,6 +53,7 @@ async def _scripts_run(client: aioredis.Redis) -> int:
     )
 
 
+@pytest.mark.needs("lease")
 async def test_leased_and_plain_limiters_admit_the_same(make_backend: BackendFactory) -> None:
     policy = FixedWindow(50, 3600.0)
     leased = RateLimiter(policy, backend=make_backend(), lease=Leasing(chunk=8))
@@ -65,6 +66,7 @@ async def test_leased_and_plain_limiters_admit_the_same(make_backend: BackendFac
     assert 0 < refused.retry_after <= 3600
 
 
+@pytest.mark.needs("lease")
 async def test_two_limiters_share_one_quota_and_return_leases(
     make_backend: BackendFactory,
 ) -> None:
@@ -77,6 +79,7 @@ async def test_two_limiters_share_one_quota_and_return_leases(
     assert sum([(await second.hit("k")).allowed for _ in range(15)]) == 9
 
 
+@pytest.mark.needs("lease")
 async def test_reset_drops_the_lease_too(make_backend: BackendFactory) -> None:
     limiter = RateLimiter(
         FixedWindow(10, 3600.0), backend=make_backend(), lease=Leasing(chunk=10, share=1)
@@ -86,6 +89,7 @@ async def test_reset_drops_the_lease_too(make_backend: BackendFactory) -> None:
     assert sum([(await limiter.hit("k")).allowed for _ in range(15)]) == 10
 
 
+@pytest.mark.needs("lease")
 async def test_a_held_lease_goes_back_after_hold(make_backend: BackendFactory) -> None:
     backend = make_backend()
     idle = RateLimiter(FixedWindow(10, 3600.0), backend=backend, lease=Leasing(10, 1, hold=0.05))

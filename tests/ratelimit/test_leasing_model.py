@@ -23,8 +23,7 @@ from headway import Leasing, MemoryRateLimitBackend, RateLimiter
 from headway._clock import FakeClock
 from headway._redis.sync_wire import SyncWire
 from headway.ratelimit.algorithms import PolicySet
-from headway.ratelimit.backends.contract import lease_call
-from headway.ratelimit.backends.redis_scripts import lease_script
+from headway.ratelimit.backends.redis_scripts import lease_call, lease_script
 from headway.ratelimit.policies import (
     FixedWindow,
     LeakyBucket,

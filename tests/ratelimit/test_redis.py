@@ -22,7 +22,7 @@ from headway import (
     SyncRedisRateLimitBackend,
     TokenBucket,
 )
-from headway.ratelimit.backends.contract import state_keys
+from headway.ratelimit.backends.redis_scripts import state_keys
 from headway.ratelimit.policies import OnError, Policy
 from tests.servers import Server, free_port
 from tests.windows import NO_ROLLOVER

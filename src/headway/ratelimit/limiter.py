@@ -23,9 +23,10 @@ from headway.ratelimit.backends.contract import (
     SyncLeasingBackend,
     SyncRateLimitBackend,
 )
+from headway.ratelimit.backends.fast_path import fast_path_of
 from headway.ratelimit.backends.memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
 from headway.ratelimit.blocked import BlockedCache
-from headway.ratelimit.decision import Decision, fallback
+from headway.ratelimit.decision import Decision, decision_from_reply, fallback
 from headway.ratelimit.leasing import Held, Leasing, Ledger, back_of
 from headway.ratelimit.policies import Policy
 from headway.ratelimit.sync_leasing import SyncLeases
@@ -121,8 +122,15 @@ class RateLimiter(_Shell):
             self._ledger = Ledger(lease, self.policies)
         self._returns: set[asyncio.Task[None]] = set()
         self._ns = nanoseconds(self.clock)
+        # A built-in backend's fast path (``backends/fast_path.py``), asked for once.
+        fast = fast_path_of(self.backend)
+        self._submit = None if fast is None else fast.submit
+        # Only a fast path's futures are read: without one, ``_read`` is never called.
+        self._read = decision_from_reply if fast is None else fast.read
+        self._failures = () if fast is None else fast.failures
 
-    async def _decide(self, key: str, cost: int, peek: bool) -> Decision:
+    async def decide(self, key: str, cost: int = 1, *, peek: bool = False) -> Decision:
+        """``hit`` (or, with ``peek``, ``peek``) in one call: for callers choosing per call."""
         if (cached := self._cached(key, cost)) is not None:
             return cached
         if (ledger := self._ledger) is not None:
@@ -130,24 +138,27 @@ class RateLimiter(_Shell):
                 return local  # the hot path: no I/O, no coroutine below this one
             return await self._leased(ledger, key, cost, peek)
         sent = 0.0 if self.cache is None else self.clock()
-        backend = self.backend
+        submit = self._submit
         try:
             # A Decision, a reply's future, or None. Typed Any: mypy narrows ``isinstance``,
             # not ``type() is``, which costs a third as much here (callgrind).
-            started: Any = backend.submit(key, self.policies, cost, peek, self.budget)
+            started: Any = None
+            if submit is not None:
+                started = submit(key, self.policies, cost, peek, self.budget)
             if started is None:
                 if self._budget.seconds != self.budget:  # changed since: follow it
                     self._budget = Budget(self.budget)
-                decision = await self._budget.run(backend.decide(key, self.policies, cost, peek))
+                call = self.backend.decide(key, self.policies, cost, peek)
+                decision = await self._budget.run(call)
             elif type(started) is Decision:  # answered at once: no budget can run out
                 decision = started
             else:
                 # Written at once: await the reply itself (the budget is the call's timeout),
                 # not a stack of coroutines around it.
-                decision = backend.decision_from_reply(await started, self.policies)
+                decision = self._read(await started, self.policies)
         except (TimeoutError, BackendUnavailable):  # the budget ran out, or ``decide`` failed
             return self._failed()
-        except backend.failures:  # a future from ``submit`` failed
+        except self._failures:  # a future from the fast path failed
             return self._failed()
         if self.cache is not None and not decision.allowed:
             self.cache.put(key, cost, decision, sent)
@@ -239,11 +250,11 @@ class RateLimiter(_Shell):
             local = ledger.spend(key, self._ns() // 1000, cost, False)
             if local is not None:
                 return local
-        return await self._decide(key, cost, peek=False)
+        return await self.decide(key, cost)
 
     async def peek(self, key: str, cost: int = 1) -> Decision:
         """The decision ``hit`` would make, without charging anything."""
-        return await self._decide(key, cost, peek=True)
+        return await self.decide(key, cost, peek=True)
 
     async def reset(self, key: str) -> None:
         """Forget ``key``'s usage under every policy (raises BackendUnavailable on failure)."""
@@ -298,7 +309,8 @@ class SyncRateLimiter(_Shell):
             leasing: SyncLeasingBackend = self.backend  # type: ignore[assignment]
             self._leases = SyncLeases(lease, self.policies, leasing, nanoseconds(self.clock))
 
-    def _decide(self, key: str, cost: int, peek: bool) -> Decision:
+    def decide(self, key: str, cost: int = 1, *, peek: bool = False) -> Decision:
+        """``hit`` (or, with ``peek``, ``peek``) in one call: for callers choosing per call."""
         if (cached := self._cached(key, cost)) is not None:
             return cached
         sent = self.clock()
@@ -324,11 +336,11 @@ class SyncRateLimiter(_Shell):
             and (local := leases.spend(key, cost, False)) is not None
         ):
             return local
-        return self._decide(key, cost, peek=False)
+        return self.decide(key, cost)
 
     def peek(self, key: str, cost: int = 1) -> Decision:
         """The decision ``hit`` would make, without charging anything."""
-        return self._decide(key, cost, peek=True)
+        return self.decide(key, cost, peek=True)
 
     def return_leases(self) -> None:
         """Give every lease's unspent units back now (see ``RateLimiter.return_leases``)."""

@@ -8,9 +8,7 @@ renewed simply ends, so a holder that dies frees its slot after ``ttl``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from headway._keys import tagged
 from headway.lock.lease import Lease
@@ -27,17 +25,16 @@ PERMIT_FENCE = 0
 
 @dataclass(frozen=True, slots=True)
 class Grant:
-    """A backend's answer to a slot request: granted or not, slots in flight, µs to wait."""
+    """A backend's answer to a slot request (``ConcurrencyBackend.acquire_slot``).
+
+    ``granted``: whether the slot was taken. ``in_flight``: the slots held right after
+    (this one included when granted). ``wait_us``: when refused, microseconds until the
+    first held lease ends (0 when granted).
+    """
 
     granted: bool
     in_flight: int
     wait_us: int
-
-    @classmethod
-    def from_reply(cls, reply: Sequence[Any]) -> Grant:
-        """Parse ``permits/acquire.lua``'s reply."""
-        granted, in_flight, wait_us = (int(v) for v in reply)
-        return cls(bool(granted), in_flight, wait_us)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,24 +1,25 @@
-"""What a rate-limit backend does, and the pure helpers every backend shares.
+"""What a rate-limit backend implements, and the helpers that let a store run headway's algorithms.
 
-A backend decides one call: several policies on one key, a cost, charge or
-peek. It returns a ``Decision`` and raises ``BackendUnavailable`` when it cannot
-answer; failure modes, caching and waiting are the limiter's business, not the
-backend's. The limiter's hot path is ``submit``: a backend says there whether
-it answers at once, has written the call and awaits its reply, or needs
-``decide`` under the limiter's budget. A backend may also keep concurrency
-slots (``ConcurrencyBackend``); both built-in ones do.
+A backend decides one call: a key, the limiter's policies, a cost, charge or peek. It
+returns a ``Decision`` and raises ``BackendUnavailable`` when it cannot answer; failure
+modes, latency budgets, the blocked-key cache and waiting are the limiter's business.
+A backend that only stores states (a dict, a table, a document store) runs headway's
+algorithms with ``decide_states`` over the states ``state_names`` names: see
+``docs/extending.md``, "Add a rate-limit backend". Leased quota (``LeasingBackend``)
+and concurrency slots (``ConcurrencyBackend``) are optional; both built-in backends
+offer them, and a fast path of their own that the limiter finds by itself.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from headway._keys import tag_base
 from headway.ratelimit.algorithms import PolicySet
-from headway.ratelimit.decision import Decision
+from headway.ratelimit.decision import Decision, decision_from_reply
 from headway.ratelimit.leasing import Leasing
+from headway.ratelimit.model import decide
 from headway.ratelimit.policies import Concurrency, Policy
 from headway.ratelimit.slots import Grant
 
@@ -29,100 +30,81 @@ __all__ = [
     "SyncConcurrencyBackend",
     "SyncLeasingBackend",
     "SyncRateLimitBackend",
-    "decide_call",
-    "lease_call",
-    "policy_keys",
-    "state_keys",
+    "decide_states",
+    "state_names",
 ]
 
 
 class RateLimitBackend(Protocol):
-    """An async backend: decides (and charges) policies for a key, or forgets the key."""
+    """An async rate-limit backend: decides calls on a key, and forgets a key.
+
+    ``name`` names it in ``repr``s and logs. Time is the backend's own: a clock every
+    process deciding on the same store shares (Redis reads its server's ``TIME``), or,
+    in one process, a ``Clock`` injected at construction (``MemoryRateLimitBackend``'s
+    ``clock``), so that tests move time with a ``FakeClock``.
+    """
 
     name: str
-    #: What a future from ``submit`` fails with when the backend did not answer (in time):
-    #: the limiter then answers with its failure mode, as for ``BackendUnavailable``.
-    failures: tuple[type[BaseException], ...]
 
-    def submit(
-        self, key: str, policies: PolicySet, cost: int, peek: bool, timeout: float
-    ) -> Decision | asyncio.Future[Any] | None:
-        """Start ``decide``'s work without a coroutine: the limiter's hot path.
+    async def decide(self, key: str, policies: Sequence[Policy], cost: int, peek: bool) -> Decision:
+        """Decide ``cost`` units for ``key`` against every policy, all-or-nothing.
 
-        Returns the ``Decision`` when the backend answers at once (it never waits,
-        so no budget applies); or the future of its reply when the call was written
-        at once, failing after ``timeout`` seconds (``decision_from_reply`` reads
-        it); or None when neither can be done now: the limiter then awaits
-        ``decide`` within its budget.
-        """
-        ...
-
-    def decision_from_reply(self, reply: Any, policies: PolicySet) -> Decision:
-        """The decision in the reply a future from ``submit`` resolved to."""
-        ...
-
-    async def decide(
-        self,
-        key: str,
-        policies: Sequence[Policy],
-        cost: int,
-        peek: bool,
-        *,
-        now_us: int | None = None,
-    ) -> Decision:
-        """Decide ``cost`` against every policy, all-or-nothing.
-
-        ``now_us`` exists for the differential tests only: production calls
-        leave it ``None`` and the backend's own clock (Redis ``TIME``) decides.
+        Admitted when every policy admits ``cost``; then, unless ``peek``, every policy is
+        charged, else none is. ``policies`` are the limiter's, validated (no two alike),
+        the same sequence on each call of one limiter; ``cost`` is at least 1 and at most
+        every policy's limit. The state of ``key`` under one set of policies is its own:
+        another limiter's policies on the same key share nothing with it. Each call must
+        be atomic against concurrent calls on the same key (in every process).
+        ``decide_states`` makes the decision from stored states. Raises
+        ``BackendUnavailable`` when the store cannot answer; the limiter's budget
+        cancels a call that is too slow.
         """
         ...
 
     async def reset(self, key: str, policies: Sequence[Policy]) -> None:
-        """Forget every policy's state for ``key``."""
+        """Forget what ``key`` was charged under ``policies`` (``BackendUnavailable`` if not)."""
+        ...
+
+
+class SyncRateLimitBackend(Protocol):
+    """The blocking ``RateLimitBackend``, for ``SyncRateLimiter`` (safe to share between
+    threads; the store's client bounds each call's time)."""
+
+    name: str
+
+    def decide(self, key: str, policies: Sequence[Policy], cost: int, peek: bool) -> Decision:
+        """As ``RateLimitBackend.decide``, blocking."""
+        ...
+
+    def reset(self, key: str, policies: Sequence[Policy]) -> None:
+        """As ``RateLimitBackend.reset``, blocking."""
         ...
 
 
 class LeasingBackend(RateLimitBackend, Protocol):
-    """An async backend that can lease quota (``RateLimiter(lease=Leasing(...))``)."""
+    """An async backend that can lease quota (``RateLimiter(lease=Leasing(...))``).
+
+    Optional: the limiter checks for ``lease`` when built with ``lease``. Both built-in
+    backends offer it; its reply is the leasing model's (``ratelimit/lease_model.py``).
+    """
 
     async def lease(
         self,
         key: str,
-        policies: PolicySet,
+        policies: Sequence[Policy],
         cost: int,
         leasing: Leasing,
         back: tuple[int, Sequence[int]] = (0, ()),
-        *,
-        now_us: int | None = None,
     ) -> list[int]:
         """Lease for a request of ``cost``, first giving back ``back`` (units, marks).
 
         Charges ``cost`` to ``leasing.chunk`` units at once (at most ``leasing.share`` of
         the least remaining quota) to every policy, all-or-nothing, and replies
-        ``lua/ratelimit/lease.lua``'s list (``lease_model.lease``). ``cost`` 0 only
-        gives back. Raises ``BackendUnavailable`` when it cannot answer.
+        ``lease_model.lease``'s list: ``[granted, then per policy: ok, remaining,
+        reset_us, retry_us, off, step, mark]``. ``cost`` 0 only gives back. Raises
+        ``BackendUnavailable`` when it cannot answer.
         """
         ...
-
-
-class SyncRateLimitBackend(Protocol):
-    """The synchronous counterpart of ``RateLimitBackend`` (its budget is the client's)."""
-
-    name: str
-
-    def decide(
-        self,
-        key: str,
-        policies: Sequence[Policy],
-        cost: int,
-        peek: bool,
-        *,
-        now_us: int | None = None,
-    ) -> Decision:
-        """As ``RateLimitBackend.decide``, blocking."""
-
-    def reset(self, key: str, policies: Sequence[Policy]) -> None:
-        """As ``RateLimitBackend.reset``, blocking."""
 
 
 class SyncLeasingBackend(SyncRateLimitBackend, Protocol):
@@ -131,12 +113,10 @@ class SyncLeasingBackend(SyncRateLimitBackend, Protocol):
     def lease(
         self,
         key: str,
-        policies: PolicySet,
+        policies: Sequence[Policy],
         cost: int,
         leasing: Leasing,
         back: tuple[int, Sequence[int]] = (0, ()),
-        *,
-        now_us: int | None = None,
     ) -> list[int]:
         """As ``LeasingBackend.lease``, blocking."""
         ...
@@ -173,47 +153,46 @@ class SyncConcurrencyBackend(Protocol):
 
     def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
         """As ``ConcurrencyBackend.acquire_slot``, blocking."""
+        ...
 
     def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
         """As ``ConcurrencyBackend.release_slot``, blocking."""
+        ...
 
     def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool:
         """As ``ConcurrencyBackend.extend_slot``, blocking."""
+        ...
 
 
-def state_keys(key: str, policies: Sequence[Policy]) -> list[str]:
-    """The Redis keys holding ``key``'s state (``PolicySet.stored``), sharing its hash tag."""
-    base = tag_base("rl", key)
-    return [base + suffix for suffix in PolicySet.of(policies).stored]
+def state_names(key: str, policies: Sequence[Policy]) -> list[str]:
+    """One name per policy (in order) for the state ``key`` keeps under ``policies``.
 
-
-def policy_keys(key: str, policies: Sequence[Policy]) -> list[str]:
-    """One name per policy for ``key``'s state (``PolicySet.suffixes``)."""
+    Each is unique to the key, the policy and the set of policies it is decided with;
+    ``reset`` forgets exactly these.
+    """
     base = tag_base("rl", key)
     return [base + suffix for suffix in PolicySet.of(policies).suffixes]
 
 
-def decide_call(
-    key: str, policies: Sequence[Policy], cost: int, peek: bool, now_us: int | None
-) -> tuple[list[str], list[int | str]]:
-    """Keys and arguments of ``ratelimit/decide.lua``."""
-    policies = PolicySet.of(policies)
-    head = ["" if now_us is None else now_us, cost, 1 if peek else 0]
-    return state_keys(key, policies), [*head, *policies.flat]
-
-
-def lease_call(
-    key: str,
-    policies: PolicySet,
+def decide_states(
+    policies: Sequence[Policy],
+    states: Sequence[object],
+    now_us: int,
     cost: int,
-    leasing: Leasing,
-    back: tuple[int, Sequence[int]],
-    now_us: int | None,
-) -> tuple[list[str], list[int | str]]:
-    """Keys and arguments of ``ratelimit/lease.lua``."""
-    units, marks = back
-    now: int | str = "" if now_us is None else now_us
-    head = [now, cost, leasing.chunk, leasing.permille, leasing.hold_us, units]
-    for i, (kind, a, b) in enumerate(policies.specs):
-        head += (kind, a, b, marks[i] if units else 0)
-    return state_keys(key, policies), head
+    peek: bool,
+) -> tuple[Decision, list[tuple[object, int]]]:
+    """Decide a call from the stored states: headway's algorithms, for a backend to run.
+
+    ``states`` holds one value per policy, in order (see ``state_names``): what the
+    last charge wrote, or None when nothing was stored or it was dropped. ``now_us`` is
+    the time in integer microseconds on the backend's clock. Returns the decision
+    (as ``RateLimitBackend.decide`` describes it) and the writes: for a call that
+    charged, one ``(state, ttl_us)`` per policy, in order, else an empty list. Store
+    each state in place of the one read, for at least ``ttl_us`` microseconds; after
+    that it may be dropped (a state kept longer decides the same). States are small
+    values of ints, tuples and lists that may come back from JSON as lists. Reading
+    the states, this call and the writes must be one atomic step per key.
+    """
+    policies = PolicySet.of(policies)
+    reply, writes = decide(states, policies.checks, now_us, cost, peek)
+    return decision_from_reply(reply, policies), [] if writes is None else writes

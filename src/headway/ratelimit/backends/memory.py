@@ -1,11 +1,11 @@
 """The in-memory rate-limit backend: the embedded default and the reference model.
 
-It runs ``model`` over a dict in one process, with the scripts' semantics:
-one state per policy, named as the scripts name it (they keep several policies'
-string states in one key), the same TTLs (an expired state reads as missing), the
-same replies, and the same concurrency slots (leases that end unless renewed).
-Time comes from an injectable clock (monotonic by default: one process needs
-no shared clock). A decision never waits, so ``submit`` always answers at once.
+It decides with ``contract.decide_states`` (the ``model``) over a dict in one process,
+with the scripts' semantics: one state per policy (``contract.state_names``), the same
+TTLs (an expired state reads as missing), the same replies, and the same concurrency
+slots (leases that end unless renewed). Time comes from an injectable clock (monotonic
+by default: one process needs no shared clock). A decision never waits, so the
+limiter's fast path (``fast_path``) always has it at once.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import Any
 from headway._clock import Clock, MonotonicClock
 from headway._errors import BackendUnavailable
 from headway.ratelimit.algorithms import PolicySet
-from headway.ratelimit.backends.contract import policy_keys
+from headway.ratelimit.backends.contract import decide_states, state_names
+from headway.ratelimit.backends.fast_path import FastPath
 from headway.ratelimit.decision import Decision, decision_from_reply
 from headway.ratelimit.lease_model import give_back, lease
 from headway.ratelimit.leasing import Leasing
-from headway.ratelimit.model import decide
 from headway.ratelimit.policies import Concurrency, Policy
 from headway.ratelimit.slots import Grant, slot_key
 
@@ -37,39 +37,34 @@ class _Store:
         # Sync callers may share a backend between threads; each decision is atomic.
         self._mutex = threading.Lock()
 
-    def decide(
-        self, key: str, policies: Sequence[Policy], cost: int, peek: bool, now_us: int | None
-    ) -> Decision:
+    def decide(self, key: str, policies: Sequence[Policy], cost: int, peek: bool) -> Decision:
+        names = state_names(key, policies)
         with self._mutex:
-            now = self._now() if now_us is None else now_us
-            reply = self._decide(policy_keys(key, policies), policies, cost, peek, now)
-        return decision_from_reply(reply, policies)
-
-    def _decide(
-        self, keys: list[str], policies: Sequence[Policy], cost: int, peek: bool, now: int
-    ) -> list[int]:
-        states = [self._get(k, now) for k in keys]
-        reply, writes = decide(states, PolicySet.of(policies).checks, now, cost, peek)
-        if writes is not None:
-            for k, (state, ttl_us) in zip(keys, writes, strict=True):
-                # Scripts round TTLs up to whole milliseconds; so does the model.
-                self.entries[k] = (state, now + max(1, -(-ttl_us // 1000)) * 1000)
-            if len(self.entries) >= self._sweep_at:
-                self._sweep(now)
-        return reply
+            now = self._now()
+            states = [self._get(name, now) for name in names]
+            decision, writes = decide_states(policies, states, now, cost, peek)
+            if writes:
+                for name, (state, ttl_us) in zip(names, writes, strict=True):
+                    # Scripts round TTLs up to whole milliseconds; so does the model.
+                    self.entries[name] = (state, now + max(1, -(-ttl_us // 1000)) * 1000)
+                if len(self.entries) >= self._sweep_at:
+                    self._sweep(now)
+        return decision
 
     def lease(
         self,
         key: str,
-        policies: PolicySet,
+        policies: Sequence[Policy],
         cost: int,
         leasing: Leasing,
         back: tuple[int, Sequence[int]],
-        now_us: int | None,
+        now_us: int | None = None,
     ) -> list[int]:
+        """Lease (``lease_model``); ``now_us`` (else the clock's) for the model's tests."""
+        policies = PolicySet.of(policies)
         with self._mutex:
             now = self._now() if now_us is None else now_us
-            keys = policy_keys(key, policies)
+            keys = state_names(key, policies)
             states = [self._get(k, now) for k in keys]
             kinds = [spec[0] for spec in policies.specs]
             units, marks = back
@@ -148,7 +143,7 @@ class _Store:
 
     def reset(self, key: str, policies: Sequence[Policy]) -> None:
         with self._mutex:
-            for k in policy_keys(key, policies):
+            for k in state_names(key, policies):
                 self.entries.pop(k, None)
 
 
@@ -156,31 +151,22 @@ class MemoryRateLimitBackend:
     """Rate limits for one process (async API), with the Redis scripts' semantics."""
 
     name = "memory"
-    failures: tuple[type[BaseException], ...] = (BackendUnavailable,)
-    # The model replies as ``ratelimit/decide.lua`` does (though ``submit`` never leaves a
-    # reply to read: it answers at once).
-    decision_from_reply = staticmethod(decision_from_reply)
 
     def __init__(self, clock: Clock | None = None) -> None:
         self._store = _Store(clock)
 
-    async def decide(
-        self,
-        key: str,
-        policies: Sequence[Policy],
-        cost: int,
-        peek: bool,
-        *,
-        now_us: int | None = None,
-    ) -> Decision:
+    async def decide(self, key: str, policies: Sequence[Policy], cost: int, peek: bool) -> Decision:
         """Decide (see ``RateLimitBackend.decide``)."""
-        return self._store.decide(key, policies, cost, peek, now_us)
+        return self._store.decide(key, policies, cost, peek)
 
-    def submit(
+    def _fast_path(self) -> FastPath:
+        # Every decision is made at once (``read`` never gets a reply).
+        return FastPath(self._submit, decision_from_reply, (BackendUnavailable,))
+
+    def _submit(
         self, key: str, policies: PolicySet, cost: int, peek: bool, timeout: float
     ) -> Decision:
-        """The decision, made at once (see ``RateLimitBackend.submit``)."""
-        return self._store.decide(key, policies, cost, peek, None)
+        return self._store.decide(key, policies, cost, peek)
 
     async def reset(self, key: str, policies: Sequence[Policy]) -> None:
         """Forget ``key``."""
@@ -189,15 +175,13 @@ class MemoryRateLimitBackend:
     async def lease(
         self,
         key: str,
-        policies: PolicySet,
+        policies: Sequence[Policy],
         cost: int,
         leasing: Leasing,
         back: tuple[int, Sequence[int]] = (0, ()),
-        *,
-        now_us: int | None = None,
     ) -> list[int]:
         """Lease quota (see ``LeasingBackend.lease``): ``lease_model`` over the dict."""
-        return self._store.lease(key, policies, cost, leasing, back, now_us)
+        return self._store.lease(key, policies, cost, leasing, back)
 
     async def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
         """Take a concurrency slot (see ``ConcurrencyBackend``)."""
@@ -220,17 +204,9 @@ class SyncMemoryRateLimitBackend:
     def __init__(self, clock: Clock | None = None) -> None:
         self._store = _Store(clock)
 
-    def decide(
-        self,
-        key: str,
-        policies: Sequence[Policy],
-        cost: int,
-        peek: bool,
-        *,
-        now_us: int | None = None,
-    ) -> Decision:
+    def decide(self, key: str, policies: Sequence[Policy], cost: int, peek: bool) -> Decision:
         """Decide (see ``RateLimitBackend.decide``)."""
-        return self._store.decide(key, policies, cost, peek, now_us)
+        return self._store.decide(key, policies, cost, peek)
 
     def reset(self, key: str, policies: Sequence[Policy]) -> None:
         """Forget ``key``."""
@@ -239,15 +215,13 @@ class SyncMemoryRateLimitBackend:
     def lease(
         self,
         key: str,
-        policies: PolicySet,
+        policies: Sequence[Policy],
         cost: int,
         leasing: Leasing,
         back: tuple[int, Sequence[int]] = (0, ()),
-        *,
-        now_us: int | None = None,
     ) -> list[int]:
         """Lease quota (see ``LeasingBackend.lease``): ``lease_model`` over the dict."""
-        return self._store.lease(key, policies, cost, leasing, back, now_us)
+        return self._store.lease(key, policies, cost, leasing, back)
 
     def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
         """Take a concurrency slot (see ``ConcurrencyBackend``)."""

@@ -3,10 +3,10 @@
 A decision is one call of ``ratelimit/decide.lua`` (or ``decide_one.lua``), preceded
 by the library script and the fragments of the algorithms its policies use
 (``redis_scripts.decide_script``): an ``FCALL`` of its function, the library loaded on
-the same call when missing (``_redis.scripts``); ``decision_from_reply`` reads its
-reply. A lease is one call of ``ratelimit/lease.lua``. The async shell keeps, per
-policy set, the script and its packed arguments (``redis_scripts.Packing``), so a
-decision on headway's connection packs nothing twice.
+the same call when missing (``_redis.scripts``). A lease is one call of
+``ratelimit/lease.lua``. The async shell offers ``RateLimiter`` its fast path
+(``fast_path.FastPath``): the call written on headway's pipelined connection without a
+coroutine, its arguments packed once per policy set (``redis_scripts.Packing``).
 Concurrency slots (the permits of ``ratelimit.permits``) are one call of
 ``lua/permits/*.lua`` per acquire, release or renewal.
 """
@@ -20,6 +20,7 @@ from typing import Any
 import redis
 from redis import asyncio as aioredis
 
+from headway._clock import Clock
 from headway._errors import BackendUnavailable
 from headway._redis.errors import UNAVAILABLE, unavailable
 from headway._redis.resp import Packed
@@ -27,14 +28,17 @@ from headway._redis.scripts import Script
 from headway._redis.sync_wire import SyncWire
 from headway._redis.wire import Wires, forget
 from headway.ratelimit.algorithms import PolicySet
-from headway.ratelimit.backends.contract import decide_call, lease_call, state_keys
+from headway.ratelimit.backends.fast_path import FastPath
 from headway.ratelimit.backends.redis_scripts import (
     SLOT_ACQUIRE,
     SLOT_EXTEND,
     SLOT_RELEASE,
     Packing,
+    decide_call,
     decide_script,
+    lease_call,
     lease_script,
+    state_keys,
 )
 from headway.ratelimit.decision import Decision, decision_from_reply
 from headway.ratelimit.leasing import Leasing
@@ -45,6 +49,19 @@ __all__ = ["RedisRateLimitBackend", "SyncRedisRateLimitBackend"]
 
 #: Whether calls go over headway's pipelined connection (``_redis.wire``) unless told otherwise.
 COALESCE = True
+#: What a call on headway's connection fails with: redis-py's errors (its deadline too).
+_FAILURES: tuple[type[BaseException], ...] = (BackendUnavailable, *UNAVAILABLE)
+
+
+def _grant(reply: Sequence[Any]) -> Grant:
+    """``permits/acquire.lua``'s reply: granted, slots in flight, µs to wait."""
+    granted, in_flight, wait_us = (int(v) for v in reply)
+    return Grant(bool(granted), in_flight, wait_us)
+
+
+def _micros(clock: Clock | None) -> int | None:
+    """``clock``'s time in whole microseconds, or None: the scripts then read ``TIME``."""
+    return None if clock is None else round(clock() * 1_000_000)
 
 
 class RedisRateLimitBackend:
@@ -56,17 +73,18 @@ class RedisRateLimitBackend:
     per event loop (on a Cluster, per node: ``_redis.cluster_wire``) that headway
     drives itself (see ``_redis.wire``): a lone decision is written at once,
     decisions made concurrently share writes. ``coalesce=False`` sends every call
-    through redis-py.
+    through redis-py. ``clock`` (seconds) replaces the server's ``TIME`` in every
+    decision and lease: for tests that move time by hand (a ``FakeClock``), never for
+    processes that do not share it.
     """
 
     name = "redis"
-    #: A call on headway's connection fails with redis-py's errors (its deadline too).
-    failures: tuple[type[BaseException], ...] = (BackendUnavailable, *UNAVAILABLE)
 
-    def __init__(self, client: Any, *, coalesce: bool = COALESCE) -> None:
-        # An instance attribute: the hot path reads it faster than a static method.
-        self.decision_from_reply = decision_from_reply
+    def __init__(
+        self, client: Any, *, coalesce: bool = COALESCE, clock: Clock | None = None
+    ) -> None:
         self.client = client
+        self.clock = clock
         self._wires = Wires(client, coalesce)
         self.coalesce = self._wires.enabled
         self._packings: dict[int, Packing] = {}  # by id() of the policy set
@@ -91,42 +109,40 @@ class RedisRateLimitBackend:
         options.setdefault("socket_timeout", timeout)
         return cls(aioredis.Redis.from_url(url, **options), coalesce=coalesce)
 
-    async def decide(
-        self,
-        key: str,
-        policies: Sequence[Policy],
-        cost: int,
-        peek: bool,
-        *,
-        now_us: int | None = None,
-    ) -> Decision:
+    async def decide(self, key: str, policies: Sequence[Policy], cost: int, peek: bool) -> Decision:
         """Decide (see ``RateLimitBackend.decide``): one script call."""
         script: Script
         keys: Sequence[str]
         args: Sequence[int | str] | Packed
-        if now_us is None and isinstance(policies, PolicySet):
+        if self.clock is None and isinstance(policies, PolicySet):
             # Every argument but the cost is the limiter's own: packed once per cost.
             packing = self._packing(policies)
             script, args = packing.script, packing.packed_args(cost, peek)
             keys = tuple(state_keys(key, policies))
         else:
             script = decide_script(policies)
-            keys, args = decide_call(key, policies, cost, peek, now_us)
+            keys, args = decide_call(key, policies, cost, peek, _micros(self.clock))
         try:
             reply = await self._wires.call(script, keys, args)
         except UNAVAILABLE as exc:
             raise unavailable(exc) from exc
         return decision_from_reply(reply, policies)
 
-    def submit(
+    def _fast_path(self) -> FastPath | None:
+        """The limiter's fast path (``fast_path.FastPath``), when calls go over headway's
+        connection and the server's clock decides."""
+        if not self.coalesce or self.clock is not None:
+            return None
+        return FastPath(self._submit, decision_from_reply, _FAILURES)
+
+    def _submit(
         self, key: str, policies: PolicySet, cost: int, peek: bool, timeout: float
     ) -> asyncio.Future[Any] | None:
         """Write a decision now and return the future of ``ratelimit/decide.lua``'s reply.
 
-        The limiter's hot path (see ``RateLimitBackend.submit``): no coroutine of its
-        own, the budget is the call's ``timeout`` (redis-py's ``TimeoutError``). None
-        when the call cannot be written at once (no connection yet, or calls go
-        through redis-py): use ``decide``.
+        No coroutine of its own; the budget is the call's ``timeout`` (redis-py's
+        ``TimeoutError``). None when the call cannot be written at once (no connection
+        yet): the limiter awaits ``decide``.
         """
         wire = self._wires.ready()
         if wire is None:
@@ -140,18 +156,17 @@ class RedisRateLimitBackend:
     async def lease(
         self,
         key: str,
-        policies: PolicySet,
+        policies: Sequence[Policy],
         cost: int,
         leasing: Leasing,
         back: tuple[int, Sequence[int]] = (0, ()),
-        *,
-        now_us: int | None = None,
     ) -> list[int]:
         """Lease quota (see ``LeasingBackend.lease``): one call of ``ratelimit/lease.lua``."""
         script: Script | None
         keys: Sequence[str]
         args: Sequence[int | str] | Packed
-        if now_us is None and not back[0]:
+        policies = PolicySet.of(policies)
+        if self.clock is None and not back[0]:
             # The common call (a lease spent, nothing to give back): packed once per cost,
             # and the keys as a tuple, whose packing is remembered (~5 us fewer per call).
             packing = self._packing(policies)
@@ -161,7 +176,7 @@ class RedisRateLimitBackend:
             args, keys = packing.packed_lease(cost, leasing), tuple(state_keys(key, policies))
         else:
             script = lease_script(policies)
-            keys, args = lease_call(key, policies, cost, leasing, back, now_us)
+            keys, args = lease_call(key, policies, cost, leasing, back, _micros(self.clock))
         try:
             reply = await self._wires.call(script, keys, args)
         except UNAVAILABLE as exc:
@@ -198,10 +213,10 @@ class RedisRateLimitBackend:
 
         def orphan(reply: Any) -> None:  # granted to a caller who gave up: give it back
             wire = self._wires.ready()
-            if wire is not None and Grant.from_reply(reply).granted:
+            if wire is not None and _grant(reply).granted:
                 forget(wire.submit(SLOT_RELEASE, [slot_key(key, policy)], [token]))
 
-        return Grant.from_reply(await self._slot(SLOT_ACQUIRE, key, policy, args, orphan))
+        return _grant(await self._slot(SLOT_ACQUIRE, key, policy, args, orphan))
 
     async def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
         """Give a slot back; False when its lease had ended."""
@@ -218,13 +233,14 @@ class SyncRedisRateLimitBackend:
     The latency budget is the client's socket timeout: set it with ``from_url``.
     With ``direct`` (the default) the scripts go over sockets headway drives itself
     (``_redis.sync_wire.SyncWire``; on a Cluster, per node); ``direct=False`` goes through
-    redis-py.
+    redis-py. ``clock``: as ``RedisRateLimitBackend``'s.
     """
 
     name = "redis"
 
-    def __init__(self, client: Any, *, direct: bool = True) -> None:
+    def __init__(self, client: Any, *, direct: bool = True, clock: Clock | None = None) -> None:
         self.client = client
+        self.clock = clock
         self._wire = SyncWire(client, direct)
 
     @classmethod
@@ -240,17 +256,9 @@ class SyncRedisRateLimitBackend:
         """Close headway's connections (the client stays the caller's)."""
         self._wire.close()
 
-    def decide(
-        self,
-        key: str,
-        policies: Sequence[Policy],
-        cost: int,
-        peek: bool,
-        *,
-        now_us: int | None = None,
-    ) -> Decision:
+    def decide(self, key: str, policies: Sequence[Policy], cost: int, peek: bool) -> Decision:
         """Decide (see ``RateLimitBackend.decide``): one script call."""
-        keys, args = decide_call(key, policies, cost, peek, now_us)
+        keys, args = decide_call(key, policies, cost, peek, _micros(self.clock))
         try:
             reply = self._wire.call(decide_script(policies), keys, args)
         except UNAVAILABLE as exc:
@@ -260,15 +268,14 @@ class SyncRedisRateLimitBackend:
     def lease(
         self,
         key: str,
-        policies: PolicySet,
+        policies: Sequence[Policy],
         cost: int,
         leasing: Leasing,
         back: tuple[int, Sequence[int]] = (0, ()),
-        *,
-        now_us: int | None = None,
     ) -> list[int]:
         """Lease quota (see ``LeasingBackend.lease``): one call of ``ratelimit/lease.lua``."""
-        keys, args = lease_call(key, policies, cost, leasing, back, now_us)
+        policies = PolicySet.of(policies)
+        keys, args = lease_call(key, policies, cost, leasing, back, _micros(self.clock))
         try:
             reply = self._wire.call(lease_script(policies), keys, args)
         except UNAVAILABLE as exc:
@@ -291,7 +298,7 @@ class SyncRedisRateLimitBackend:
     def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
         """Take a concurrency slot (see ``ConcurrencyBackend``): one script call."""
         args = [token, policy.limit, policy.ttl_ms]
-        return Grant.from_reply(self._slot(SLOT_ACQUIRE, key, policy, args))
+        return _grant(self._slot(SLOT_ACQUIRE, key, policy, args))
 
     def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
         """Give a slot back; False when its lease had ended."""

@@ -1,6 +1,8 @@
-"""Which Lua script a rate-limit call runs, and its arguments packed once per policy set.
+"""Which Lua script a rate-limit call runs, its keys and arguments, packed once per policy set.
 
-``decide_script`` and ``lease_script`` combine a main script (``ratelimit/decide_one``,
+``state_keys``, ``decide_call`` and ``lease_call`` say what a call of
+``ratelimit/decide.lua`` or ``ratelimit/lease.lua`` sends. ``decide_script`` and
+``lease_script`` combine a main script (``ratelimit/decide_one``,
 ``ratelimit/decide`` or ``ratelimit/lease``) with the library script and the fragments
 of just the algorithms the policies use, one ``Script`` per combination. ``Packing``
 keeps what the async Redis backend sends for one policy set (script, arguments, state
@@ -13,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from headway._keys import tag_base
 from headway._redis.resp import Packed, pack, pack_keys
 from headway._redis.scripts import Script
 from headway.ratelimit.algorithms import PolicySet
-from headway.ratelimit.backends.contract import decide_call, lease_call, state_keys
 from headway.ratelimit.leasing import Leasing
 from headway.ratelimit.policies import Policy
 
@@ -25,8 +27,11 @@ __all__ = [
     "SLOT_EXTEND",
     "SLOT_RELEASE",
     "Packing",
+    "decide_call",
     "decide_script",
+    "lease_call",
     "lease_script",
+    "state_keys",
 ]
 
 _DECIDE: dict[tuple[bool, tuple[int, ...]], Script] = {}
@@ -35,6 +40,38 @@ SLOT_ACQUIRE = Script("permits/acquire", include=("clock",))
 # Giving a slot back (or keeping it) must work on a Redis out of memory: ``allow_oom``.
 SLOT_RELEASE = Script("permits/release", include=("clock",), allow_oom=True)
 SLOT_EXTEND = Script("permits/extend", include=("clock",), allow_oom=True)
+
+
+def state_keys(key: str, policies: Sequence[Policy]) -> list[str]:
+    """The Redis keys holding ``key``'s state (``PolicySet.stored``), sharing its hash tag."""
+    base = tag_base("rl", key)
+    return [base + suffix for suffix in PolicySet.of(policies).stored]
+
+
+def decide_call(
+    key: str, policies: Sequence[Policy], cost: int, peek: bool, now_us: int | None
+) -> tuple[list[str], list[int | str]]:
+    """Keys and arguments of ``ratelimit/decide.lua`` (``now_us`` None: the server's ``TIME``)."""
+    policies = PolicySet.of(policies)
+    head = ["" if now_us is None else now_us, cost, 1 if peek else 0]
+    return state_keys(key, policies), [*head, *policies.flat]
+
+
+def lease_call(
+    key: str,
+    policies: PolicySet,
+    cost: int,
+    leasing: Leasing,
+    back: tuple[int, Sequence[int]],
+    now_us: int | None,
+) -> tuple[list[str], list[int | str]]:
+    """Keys and arguments of ``ratelimit/lease.lua`` (``now_us`` None: the server's ``TIME``)."""
+    units, marks = back
+    now: int | str = "" if now_us is None else now_us
+    head = [now, cost, leasing.chunk, leasing.permille, leasing.hold_us, units]
+    for i, (kind, a, b) in enumerate(policies.specs):
+        head += (kind, a, b, marks[i] if units else 0)
+    return state_keys(key, policies), head
 
 
 def decide_script(policies: Sequence[Policy]) -> Script:

@@ -221,9 +221,9 @@ class Guard:
                 cost = await rule.cost(scope)
             key = rule.key(identity, route, path)
             shadow = self.shadow or rule.shadow
-            # ``_decide`` is what ``hit`` awaits: one coroutine less per request.
+            # ``decide``, not ``hit`` (which awaits it): one coroutine less per request.
             limiter = rule.limiter
-            rate = None if limiter is None else await limiter._decide(key, cost, False)
+            rate = None if limiter is None else await limiter.decide(key, cost)
             held: Admission | None = None
             if rule.concurrency is not None and (rate is None or rate.allowed or shadow):
                 if slots is None:
