@@ -1,0 +1,78 @@
+"""The docs name only what exists: files, ``headway.*`` names, and local links with their
+anchors. ``docs/decisions.md`` and ``CHANGELOG.md`` are histories: they may name what was
+removed since, so only their links are checked."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACKED = subprocess.run(
+    ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+).stdout.split()
+GUIDES = ["README.md", "benchmarks/README.md"] + [
+    f for f in TRACKED if f.startswith("docs/") and f.endswith(".md") and f != "docs/decisions.md"
+]
+HISTORIES = ["docs/decisions.md", "CHANGELOG.md"]
+#: Files a walkthrough asks the reader to create (docs/extending.md's new algorithm).
+EXAMPLES = {"src/headway/lua/ratelimit/gcra2.lua"}
+
+FILE = re.compile(r"`([A-Za-z0-9_./-]+\.(?:py|lua|sql|md|toml|cfg))`")
+NAME = re.compile(r"`(headway(?:\.[A-Za-z_][A-Za-z0-9_]*)+)`")
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _tracked(path: str) -> bool:
+    return path in EXAMPLES or any(f == path or f.endswith("/" + path) for f in TRACKED)
+
+
+def _resolves(dotted: str) -> bool:
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attribute in parts[cut:]:
+            if not hasattr(found, attribute):
+                return False
+            found = getattr(found, attribute)
+        return True
+    return False
+
+
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces as hyphens."""
+    found = set()
+    for heading in re.findall(r"^#+ (.+)$", markdown, flags=re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        found.add(slug)
+    return found
+
+
+@pytest.mark.parametrize("doc", GUIDES)
+def test_files_and_names_a_guide_mentions_exist(doc: str) -> None:
+    text = (ROOT / doc).read_text()
+    missing = [p for p in FILE.findall(text) if not _tracked(p)]
+    missing += [n for n in NAME.findall(text) if not n.endswith(".sqlite3") and not _resolves(n)]
+    assert missing == [], f"{doc} names what does not exist: {missing}"
+
+
+@pytest.mark.parametrize("doc", GUIDES + HISTORIES)
+def test_local_links_and_their_anchors_exist(doc: str) -> None:
+    broken = []
+    for target in LINK.findall((ROOT / doc).read_text()):
+        if "://" in target or target.startswith("mailto:"):
+            continue
+        path, _, anchor = target.partition("#")
+        file = (ROOT / doc).parent / path if path else ROOT / doc
+        if not file.exists() or (
+            anchor and file.suffix == ".md" and anchor not in _anchors(file.read_text())
+        ):
+            broken.append(target)
+    assert broken == [], f"{doc} links to what does not exist: {broken}"
