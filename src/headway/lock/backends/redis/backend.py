@@ -46,9 +46,9 @@ class RedisLockBackend(QueuedBackend):
     ``timeout`` bounds every round trip: a Redis that is down or stalled raises
     ``BackendUnavailable`` within it. With ``coalesce`` (the default), the lock
     scripts go over one pipelined connection per event loop that headway drives
-    itself (see ``headway._redis.wire``): a lone call is written at once, calls
-    made concurrently share writes. ``coalesce=False``, or a Cluster client,
-    sends every call through redis-py.
+    itself (see ``headway._redis.wire``; on a Cluster client, one per primary, routed
+    by slot: ``cluster_wire``): a lone call is written at once, calls made
+    concurrently share writes. ``coalesce=False`` sends every call through redis-py.
 
     On that connection, a task that asks for a lock one of our own tasks holds
     sends nothing: it rides on the holder's release (see ``riders``). Under

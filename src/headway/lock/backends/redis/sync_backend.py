@@ -45,8 +45,9 @@ class SyncRedisLockBackend(SyncQueuedBackend):
     """The synchronous Redis backend (``redis.Redis`` or ``redis.cluster.RedisCluster``).
 
     With ``direct`` (the default) the scripts go over sockets headway drives
-    itself (``headway._redis.sync_wire.SyncWire``), one per thread in a call;
-    ``direct=False``, or a Cluster client, sends every call through redis-py.
+    itself (``headway._redis.sync_wire.SyncWire``; on a Cluster client, one per
+    primary, routed by slot: ``sync_cluster_wire``), one per thread in a call;
+    ``direct=False`` sends every call through redis-py.
     The client's socket timeout bounds every round trip.
 
     On those sockets a thread that asks for a lock one of our own threads holds
