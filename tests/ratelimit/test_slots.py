@@ -271,7 +271,7 @@ async def test_a_release_cancelled_on_the_pipelined_connection_still_releases(
     limiter = ConcurrencyLimiter(Concurrency(1), backend=backend, budget=5)
     try:
         admission = await limiter.acquire("k")
-        assert backend._wires.ready() is not None
+        assert backend._wires.ready_wire() is not None
         release = asyncio.create_task(limiter.release(admission))
         for _ in range(turns):
             await asyncio.sleep(0)

@@ -210,7 +210,7 @@ class Wires:
         """True if calls go over our own connection (which never sends one twice)."""
         return self.enabled and self.wire().supported
 
-    def ready(self) -> Wire | ClusterWire | None:
+    def ready_wire(self) -> Wire | ClusterWire | None:
         """The running loop's wire if calls on it are written at once, else None."""
         if not self.enabled:
             return None

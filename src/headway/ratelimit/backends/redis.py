@@ -144,7 +144,7 @@ class RedisRateLimitBackend:
         ``TimeoutError``). None when the call cannot be written at once (no connection
         yet): the limiter awaits ``decide``.
         """
-        wire = self._wires.ready()
+        wire = self._wires.ready_wire()
         if wire is None:
             return None
         packing = self._recent
@@ -212,7 +212,7 @@ class RedisRateLimitBackend:
         args = [token, policy.limit, policy.ttl_ms]
 
         def orphan(reply: Any) -> None:  # granted to a caller who gave up: give it back
-            wire = self._wires.ready()
+            wire = self._wires.ready_wire()
             if wire is not None and _grant(reply).granted:
                 forget(wire.submit(SLOT_RELEASE, [slot_key(key, policy)], [token]))
 

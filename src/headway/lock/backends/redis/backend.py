@@ -110,7 +110,7 @@ class RedisLockBackend(QueuedBackend):
     def _shielded(self) -> bool:
         # A call on our connection is written before its first await, and a reply
         # nobody waits for goes to the call's ``orphan``.
-        return self._wires.ready() is not None
+        return self._wires.ready_wire() is not None
 
     def _ride(self, resource: str, step: Try) -> Attempt | None:
         if resource not in self._riders.held:  # the common case, without the mutex
@@ -118,14 +118,14 @@ class RedisLockBackend(QueuedBackend):
         loop = asyncio.get_running_loop()
         # Only on our own connection, where the release is written before any later
         # leave of the rider's (FIFO).
-        home = loop if self._wires.ready() is not None else None
+        home = loop if self._wires.ready_wire() is not None else None
         return self._riders.ride(resource, step, loop.time(), home)
 
     async def _try(self, resource: str, step: Try) -> Attempt:
         sh = self._sharded
 
         def orphan(reply: Any) -> None:  # the driver's ``undo``, without a task
-            wire = self._wires.ready()
+            wire = self._wires.ready_wire()
             if wire is None:
                 return  # the connection is gone: the grant or the place expires
             if Attempt.from_reply(reply).granted:

@@ -201,7 +201,7 @@ class RedlockBackend:
         k = lock_keys(resource)
         args = pack([fence, ""])
         for i, wires in enumerate(self._nodes.wires):
-            wire = wires.ready()
+            wire = wires.ready_wire()
             if i not in current and wire is not None:
                 forget(wire.submit(FENCE_RAISE, (k.fence, k.owner), args, None, self.node_timeout))
 

@@ -54,7 +54,7 @@ class Nodes:
         self, script: Script, keys: tuple[str, ...], args: Sequence[Arg] | Packed, node: int
     ) -> asyncio.Future[Any]:
         """Write one call to ``node`` now (or once connected); its reply's future."""
-        wire = self.wires[node].ready()
+        wire = self.wires[node].ready_wire()
         if wire is not None:  # connected: written at once, the timeout on the wire's timer
             return wire.submit(script, keys, args, None, self.timeout)
         return asyncio.ensure_future(self.wires[node].call(script, keys, args, None, self.timeout))

@@ -41,7 +41,7 @@ from kazoo.exceptions import NoNodeError, SessionExpiredError
 
 from headway._clock import Clock
 from headway._errors import BackendUnavailable
-from headway.lock.backends.zookeeper.bridge import UNAVAILABLE, Waker, settled, unavailable
+from headway.lock.backends.zookeeper.bridge import UNAVAILABLE, WatchWaker, settled, unavailable
 from headway.lock.backends.zookeeper.paths import (
     check_prefix,
     resource_path,
@@ -108,7 +108,7 @@ class ZooKeeperLockBackend(QueuedBackend):
         self.client = KazooClient(hosts=hosts, timeout=session_timeout, **options)
         self._live: threading.Event | None = None
         self._nodes: dict[str, _Node] = {}  # token -> its node, waiting or holding
-        self._wakers: dict[str, Waker] = {}  # token -> its waiter's wake-ups
+        self._wakers: dict[str, WatchWaker] = {}  # token -> its waiter's wake-ups
         self._sweeps: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
@@ -283,7 +283,7 @@ class ZooKeeperLockBackend(QueuedBackend):
     def _join(self, resource: str, waiter: str) -> AsyncWaiter | None:
         # Listening needs no I/O here (the watch is set by the refused attempt), so a
         # waiter listens before its first attempt and never needs the retry after it.
-        waker = self._wakers[parse_waiter(waiter)[0]] = Waker(asyncio.get_running_loop())
+        waker = self._wakers[parse_waiter(waiter)[0]] = WatchWaker(asyncio.get_running_loop())
         return waker
 
     async def _listen(self, resource: str, waiter: str) -> AsyncWaiter:

@@ -3,7 +3,7 @@
 kazoo writes requests and reads replies on its own connection thread and settles
 each call's ``IAsyncResult`` from its completion thread. ``settled`` hooks a callback
 onto that result which moves the outcome to the event loop with
-``call_soon_threadsafe``; a watch fires the same way (``Waker``). Errors that mean
+``call_soon_threadsafe``; a watch fires the same way (``WatchWaker``). Errors that mean
 "ZooKeeper could not answer" become ``BackendUnavailable``.
 """
 
@@ -22,7 +22,7 @@ from kazoo.exceptions import (
 
 from headway._errors import BackendUnavailable
 
-__all__ = ["UNAVAILABLE", "Waker", "settled", "unavailable"]
+__all__ = ["UNAVAILABLE", "WatchWaker", "settled", "unavailable"]
 
 #: kazoo errors after which the request's fate is unknown or the session must be
 #: re-established: the caller may retry later.
@@ -67,7 +67,7 @@ def settled(result: Any, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any]
     return future
 
 
-class Waker:
+class WatchWaker:
     """One waiter's wake-ups: a ZooKeeper watch (fired on kazoo's thread) sets its event."""
 
     __slots__ = ("event", "loop")
