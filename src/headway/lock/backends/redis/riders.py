@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from headway.lock.backends.redis.keys import handed_to, lock_keys
 from headway.lock.flow import Attempt, Try, parse_waiter
 
-__all__ = ["RIDE_MARGIN", "Hold", "Release", "Riders"]
+__all__ = ["RIDE_MARGIN", "LocalHolder", "Release", "Riders"]  # noqa: RUF022
 
 #: A task rides on a holder's release only if that lease has this long left (s).
 RIDE_MARGIN = 0.05
@@ -39,7 +39,7 @@ class _Hands(Protocol):
 
 
 @dataclass(slots=True)
-class Hold:
+class LocalHolder:
     """A lease one of our tasks or threads holds (or was handed), as far as we know."""
 
     token: str
@@ -71,7 +71,7 @@ class Riders:
         self._ordered = ordered
         self._sharded = sharded  # the waiters' channel (see ``keys.lock_keys``)
         self._mutex = threading.Lock()  # never held while telling a waiter
-        self.held: dict[str, Hold] = {}
+        self.held: dict[str, LocalHolder] = {}
         self._releasing: dict[str, list[Release]] = {}
 
     def ride(self, resource: str, step: Try, now: float, home: object) -> Attempt | None:
@@ -111,7 +111,7 @@ class Riders:
         if held is not None and held.token == token:
             held.deadline = since + ttl_ms / 1000
             return ()
-        self.held[resource] = Hold(token, since + ttl_ms / 1000, home)
+        self.held[resource] = LocalHolder(token, since + ttl_ms / 1000, home)
         return held.riders if held is not None else ()
 
     def extended(self, resource: str, token: str, ttl_ms: int, since: float, ok: bool) -> None:
