@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from headway.lock.backends.redis.keys import handed_to, lock_keys
 from headway.lock.flow import Attempt, Try, parse_waiter
 
-__all__ = ["RIDE_MARGIN", "LocalHolder", "Release", "Riders"]  # noqa: RUF022
+__all__ = ["RIDE_MARGIN", "LocalHolder", "Release", "Riders"]
 
 #: A task rides on a holder's release only if that lease has this long left (s).
 RIDE_MARGIN = 0.05
