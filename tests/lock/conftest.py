@@ -26,6 +26,7 @@ from headway.lock.backends.postgres import PostgresLockBackend
 from headway.lock.backends.redlock import RedlockBackend
 from headway.lock.contract import LockBackend, SyncLockBackend
 from tests import zookeeper_server
+from tests.lock.toy_backend import ToyLockBackend
 from tests.servers import RedisServers
 from tests.zookeeper_server import ZooKeeperServer
 
@@ -51,6 +52,11 @@ class Entry:
 @contextlib.asynccontextmanager
 async def _memory(request: pytest.FixtureRequest) -> AsyncIterator[LockBackend]:
     yield MemoryLockBackend()
+
+
+@contextlib.asynccontextmanager
+async def _toy(request: pytest.FixtureRequest) -> AsyncIterator[LockBackend]:
+    yield ToyLockBackend()
 
 
 @contextlib.asynccontextmanager
@@ -169,6 +175,8 @@ LOCK_BACKENDS: dict[str, Entry] = {
         },
     ),
     "zookeeper": Entry(_zookeeper),
+    # LockBackend implemented directly from the contract's docstrings (toy_backend.py)
+    "toy": Entry(_toy, lacks={"queued": _NO_QUEUE + " (it implements LockBackend directly)"}),
 }
 
 

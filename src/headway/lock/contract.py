@@ -30,20 +30,51 @@ __all__ = [
 
 
 class LockBackend(Protocol):
-    """An async lock backend: grants, releases and extends leases."""
+    """An async lock backend: grants, releases and extends leases.
 
+    ``Lock`` passes its calls straight through (a per-call ``ttl`` or ``timeout``
+    unchecked), so a backend implementing this directly owns every rule below; a
+    ``QueuedBackend`` gets them from the driver. A store that cannot answer raises
+    ``BackendUnavailable``.
+    """
+
+    #: Names the backend in ``repr``s and lock events.
     name: str
 
     async def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
-        """Return a lease on ``resource``, waiting up to ``timeout`` s, or raise LockNotAcquired."""
+        """Return a lease on ``resource``, waiting up to ``timeout`` s, or raise LockNotAcquired.
+
+        Check the arguments first (``check_ttl``, ``check_timeout`` in
+        ``headway.lock.lease``: ``ValueError`` / ``TypeError``); ``timeout=0`` is one
+        attempt. The lease gets a fresh ``new_token()``, a ``fence`` strictly greater
+        than every fence granted earlier on ``resource`` (across releases, expiries and
+        crashes), ``ttl`` as granted, and a ``deadline`` that never overstates the lease
+        (count it from before the request was sent). While the lease lives nobody else
+        is granted ``resource``; once it runs out unreleased, a waiter may be. A waiter
+        is woken by a release, not by polling. An acquire that times out or is
+        cancelled leaves nothing behind: no place in a queue, and no grant (a grant
+        its caller never received is released).
+        """
         ...
 
     async def release(self, lease: Lease) -> None:
-        """Release the lease, or raise LockNotOwned if it is no longer held."""
+        """Release the lease, or raise LockNotOwned if it is no longer held.
+
+        Not held: released before, run out (even if nobody took the lock since), or
+        held by another lease, which is left untouched. A release whose caller is
+        cancelled once it started still releases (``Lock.release`` promises that and
+        relies on the backend for it), then lets the cancellation through.
+        """
         ...
 
     async def extend(self, lease: Lease, ttl: float) -> Lease:
-        """Renew the lease for ``ttl`` s from now, or raise LockNotOwned."""
+        """Renew the lease for ``ttl`` s from now, or raise LockNotOwned.
+
+        Check ``ttl`` as ``acquire`` does. Return the same token and fence with the new
+        ``ttl`` and a deadline counted from before the request was sent:
+        ``lease.renewed(ttl_ms, sent)``. A lease that is no longer held (as for
+        ``release``) is not brought back. ``hold()`` turns LockNotOwned into LockLost.
+        """
         ...
 
 

@@ -72,7 +72,7 @@ async def test_limits_and_headers_over_the_wire(
     assert sf_list(first.headers["ratelimit"])["burst"] == {"r": 2, "t": 10}
     limits = sf_list(refused.headers["ratelimit"])
     assert limits["burst"]["r"] == 0
-    assert int(refused.headers["retry-after"]) >= limits["burst"]["t"] >= 1
+    assert int(refused.headers["retry-after"]) == limits["burst"]["t"] >= 1  # burst alone refused
     assert refused.headers["cache-control"] == "no-store"
     assert refused.json()["violated-policies"] == ["burst"]
     assert health.status_code == 429  # the rule covers every route: one quota per client

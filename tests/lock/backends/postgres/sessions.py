@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.pool import QueuePool
 
 from headway.lock.backends.postgres import advisory_key
 
@@ -29,6 +30,13 @@ async def lock_rows(engine: AsyncEngine, resource: str) -> list[bool]:
             {"hi": (key >> 32) & 0xFFFFFFFF, "lo": key & 0xFFFFFFFF},
         )
         return [bool(granted) for (granted,) in rows]
+
+
+def sessions_out(engine: AsyncEngine) -> int:
+    """Connections checked out of ``engine``'s pool: the backend keeps one per lease held."""
+    pool = engine.pool
+    assert isinstance(pool, QueuePool), pool
+    return pool.checkedout()
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], within: float = 5.0) -> None:

@@ -12,12 +12,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from headway import BackendUnavailable, Lock, LockLost, LockNotAcquired, LockNotOwned
 from headway.lock.backends.postgres import PostgresLockBackend, advisory_key
-from tests.lock.backends.postgres.sessions import eventually, lock_rows, waiting
+from tests.lock.backends.postgres.sessions import eventually, lock_rows, sessions_out, waiting
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
 
-async def test_acquire_release(backend: PostgresLockBackend, resource: str) -> None:
+async def test_acquire_release(
+    backend: PostgresLockBackend, engine: AsyncEngine, resource: str
+) -> None:
     before = time.monotonic()
     lease = await backend.acquire(resource, ttl=5, timeout=0)
     assert (lease.resource, lease.ttl) == (resource, 5.0)
@@ -33,7 +35,7 @@ async def test_acquire_release(backend: PostgresLockBackend, resource: str) -> N
     with pytest.raises(LockNotOwned):
         await backend.extend(lease, 5)
     await backend.release(again)
-    assert not backend._held
+    assert sessions_out(engine) == 0
 
 
 async def test_exclusion_counted(backend: PostgresLockBackend, engine: AsyncEngine) -> None:
@@ -68,7 +70,7 @@ async def test_timeout_raises_and_leaves_nothing(
     with pytest.raises(LockNotAcquired, match=r"within 0\.2 s"):
         await backend.acquire(resource, ttl=5, timeout=0.2)
     assert await lock_rows(engine, resource) == [True]
-    assert len(backend._held) == 1
+    assert sessions_out(engine) == 1  # the holder's session; the waiter's went back
     await backend.release(lease)
 
 
@@ -157,7 +159,7 @@ async def test_hold_reports_a_killed_session(
     with pytest.raises(LockLost):
         await killed_while_held()
     assert not finished
-    assert not backend._held
+    assert sessions_out(engine) == 0
 
 
 async def test_unreachable_server_is_backend_unavailable(resource: str) -> None:

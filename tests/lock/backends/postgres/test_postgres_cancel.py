@@ -11,7 +11,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from headway.lock.backends.postgres import PostgresLockBackend, advisory_key
-from tests.lock.backends.postgres.sessions import Elsewhere, eventually, lock_rows, waiting
+from tests.lock.backends.postgres.sessions import (
+    Elsewhere,
+    eventually,
+    lock_rows,
+    sessions_out,
+    waiting,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -29,7 +35,7 @@ async def test_cancelled_waiter_leaves_nothing(
     await backend.release(holder)
     lease = await backend.acquire(resource, ttl=10, timeout=0)
     await backend.release(lease)
-    assert not backend._held
+    assert sessions_out(engine) == 0
 
 
 async def test_cancelled_at_any_moment_strands_nothing(
@@ -56,7 +62,7 @@ async def test_cancelled_at_any_moment_strands_nothing(
 
         # A session ended by a cancellation lets go within moments, not after its 30 s TTL.
         await eventually(free)
-        assert not backend._held
+        assert sessions_out(engine) == 0
     assert "cancelled" in outcomes
 
 
@@ -96,7 +102,7 @@ async def test_cancelled_just_after_the_grant_strands_nothing(
             return await lock_rows(engine, resource) == []
 
         await eventually(free)  # at once, not after the 30 s TTL
-        assert not backend._held
+        assert sessions_out(engine) == 0
     finally:
         elsewhere.run(holder.close())
         elsewhere.run(other.dispose())
