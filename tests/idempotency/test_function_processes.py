@@ -19,11 +19,9 @@ from redis import asyncio as aioredis
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from headway import IdempotencyInProgress, RecordStore, RedisLockBackend, idempotent_function
-from headway.idempotency.claim import claim_record
-from headway.idempotency.record import ClaimOutcome
 from headway.idempotency.table import metadata, records
 
-from .test_processes import completion_waiting
+from .test_processes import all_rows, completion_waiting, take_over
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
@@ -170,21 +168,13 @@ async def test_a_paused_workers_late_completion_is_rejected_by_the_fence(
             await asyncio.wait_for(completion_waiting(engine), 20)
             os.kill(worker.pid, signal.SIGSTOP)  # ...and A stalls, its write in flight
             stopped = True
-            while True:  # a newer claim takes the record over once A's lease is over
-                newer = await claim_record(
-                    holder, first.scope, first.key, first.fingerprint,
-                    fence=None, lease_token="newer", lease_ttl=30, ttl=60,
-                )  # fmt: skip
-                if newer.outcome is ClaimOutcome.CLAIMED:
-                    break
-                await asyncio.sleep(0.1)  # A's lease ends on the database clock: polled
+            # A newer claim takes the record over once A's lease is over.
+            newer = await take_over(holder, first.scope, first.key, first.fingerprint)
         # Committed: A's queued completion now meets the newer claim's record.
         os.kill(worker.pid, signal.SIGCONT)
         stopped = False
         out, _ = worker.communicate(timeout=60)
-        async with engine.connect() as conn:
-            query = sa.select(records.c.status, records.c.fence, records.c.response_body)
-            rows = [tuple(row) for row in (await conn.execute(query)).all()]
+        rows = await all_rows(engine)
     finally:
         if stopped:
             os.kill(worker.pid, signal.SIGCONT)
