@@ -2,7 +2,9 @@
 from many tasks or threads, on PostgreSQL + Redis, and prints what every call returned.
 
 ``python -m tests.idempotency.function_worker MODE CALLS``; MODE is ``async`` (tasks),
-``sync`` (threads) or ``hang`` (one call whose body never ends: the test kills it).
+``sync`` (threads), ``hang`` (one call whose body never ends: the test kills it) or
+``gate`` (one call whose body returns once the file ``HEADWAY_TEST_GATE`` exists; what
+it returned or the name of what it raised is printed).
 It prints ``ready`` and starts when a line arrives on stdin, so every process calls at once.
 """
 
@@ -46,7 +48,26 @@ def options() -> dict[str, Any]:
     }
 
 
+async def gated() -> list[Any]:
+    """One call whose body waits for the test's gate file; its outcome, or its error's name."""
+    gate = Path(os.environ["HEADWAY_TEST_GATE"])
+
+    @idempotent_function(**options())
+    async def charge(order: str, amount: int) -> dict[str, Any]:
+        effect("charged")
+        while not gate.exists():
+            await asyncio.sleep(0.02)  # the test process's signal: polled
+        return {"order": order, "amount": amount}
+
+    try:
+        return [await charge("o-1", 500)]
+    except Exception as exc:
+        return [type(exc).__name__]
+
+
 def run(mode: str, calls: int) -> list[Any]:
+    if mode == "gate":
+        return asyncio.run(gated())
     if mode == "sync":
 
         @idempotent_function(**options())

@@ -16,9 +16,14 @@ from headway import (
     IdempotencyInProgress,
     IdempotencyKeyReused,
     LockLost,
+    MemoryLockBackend,
+    RecordStore,
     ResultNotSerializable,
     idempotent_function,
 )
+from headway.idempotency.arguments import CallIdentity
+from headway.idempotency.callers import scope_id
+from headway.idempotency.record import ClaimOutcome
 from headway.idempotency.table import records
 from tests.idempotency.functions import KITS, Kit, open_kit, resolve
 
@@ -385,3 +390,36 @@ def test_ignore_must_name_parameters(tmp_path: Path) -> None:
 
         @decorator
         def save(session: object) -> None: ...
+
+
+async def test_a_dead_processs_record_is_taken_over_by_one_with_a_fresh_lock(
+    store: RecordStore,
+) -> None:
+    """A process restarted on the embedded setup has a new in-memory lock, whose fences
+    start again from 1. The record a dead process left (here under its lock's millionth
+    fence, as a lock-fenced claim wrote it) must still be taken over once its lease is over:
+    the takeover asks for the lapsed record lease, not for a larger lock fence."""
+    runs: list[str] = []
+
+    @idempotent_function(store=store, lock_backend=MemoryLockBackend(), namespace="restart")
+    async def charge(order: str) -> str:
+        runs.append(order)
+        return order
+
+    key, fingerprint = CallIdentity(charge.__wrapped__, None, ())(("o-1",), {})  # type: ignore[attr-defined]
+    scope = scope_id("function:restart")
+    dead = await store.claim(
+        scope, key, fingerprint, fence=10**6, lease_token="dead", lease_ttl=0.2
+    )
+    assert dead.outcome is ClaimOutcome.CLAIMED
+    with pytest.raises(IdempotencyInProgress):
+        await charge("o-1")  # the dead process's lease still lives
+    deadline = asyncio.get_running_loop().time() + 5
+    while True:
+        try:
+            assert await charge("o-1") == "o-1"
+            break
+        except IdempotencyInProgress:
+            assert asyncio.get_running_loop().time() < deadline, "the dead record is stuck"
+            await asyncio.sleep(0.05)  # the lease ends on the database clock: polled
+    assert runs == ["o-1"]

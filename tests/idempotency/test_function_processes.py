@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -13,11 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from redis import asyncio as aioredis
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from headway import IdempotencyInProgress, RecordStore, RedisLockBackend, idempotent_function
 from headway.idempotency.table import metadata, records
+
+from .test_processes import all_rows, completion_waiting, take_over
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
@@ -46,7 +50,7 @@ def effects(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def spawn(postgres_url: str, redis_url: str, effects: Path) -> Iterator[Spawn]:
+def spawn(postgres_url: str, redis_url: str, effects: Path, tmp_path: Path) -> Iterator[Spawn]:
     procs: list[subprocess.Popen[str]] = []
     env = {
         **os.environ,
@@ -54,6 +58,7 @@ def spawn(postgres_url: str, redis_url: str, effects: Path) -> Iterator[Spawn]:
         "HEADWAY_TEST_DATABASE_URL": postgres_url,
         "HEADWAY_TEST_REDIS_URL": redis_url,
         "HEADWAY_TEST_LEASE": str(LEASE),
+        "HEADWAY_TEST_GATE": str(tmp_path / "gate"),
     }
 
     def start(mode: str, calls: int) -> subprocess.Popen[str]:
@@ -139,3 +144,43 @@ async def test_a_killed_worker_key_runs_again_after_its_lease(
         await store.aclose()
     assert len(runs) == 1
     assert runs[0] < LEASE + 1.0
+
+
+async def test_a_paused_workers_late_completion_is_rejected_by_the_fence(
+    clean: None, spawn: Spawn, effects: Path, postgres_url: str, tmp_path: Path
+) -> None:
+    """The function face's twin of the middleware's paused-worker test: worker A's
+    completion arrives while a newer claim holds the record PROCESSING (same key, status
+    and fingerprint), so only the fencing token can refuse it."""
+    worker = spawn("gate", 1)
+    go([worker])
+    while not effects.read_text():
+        await asyncio.sleep(0.02)  # another process's progress: polled, bounded by the test
+    engine = create_async_engine(postgres_url)
+    stopped = False
+    try:
+        async with engine.begin() as holder:  # holds A's row until it commits
+            lock_row = sa.select(records.c.scope, records.c.key, records.c.fingerprint)
+            first = (
+                await holder.execute(lock_row.add_columns(records.c.fence).with_for_update())
+            ).one()
+            (tmp_path / "gate").touch()  # A's body returns; its completion queues behind us
+            await asyncio.wait_for(completion_waiting(engine), 20)
+            os.kill(worker.pid, signal.SIGSTOP)  # ...and A stalls, its write in flight
+            stopped = True
+            # A newer claim takes the record over once A's lease is over.
+            newer = await take_over(holder, first.scope, first.key, first.fingerprint)
+        # Committed: A's queued completion now meets the newer claim's record.
+        os.kill(worker.pid, signal.SIGCONT)
+        stopped = False
+        out, _ = worker.communicate(timeout=60)
+        rows = await all_rows(engine)
+    finally:
+        if stopped:
+            os.kill(worker.pid, signal.SIGCONT)
+        await engine.dispose()
+    assert newer.fence is not None
+    assert newer.fence > first.fence
+    assert json.loads(out.splitlines()[-1]) == ["LockLost"]  # A's caller learns it did not count
+    # The newer claim's record is untouched: still PROCESSING, under its fence, no result.
+    assert rows == [("PROCESSING", newer.fence, None)]

@@ -13,10 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from headway.idempotency.claim import claim_record
-from headway.idempotency.record import ClaimOutcome
+from headway.idempotency.record import Claim, ClaimOutcome
 from headway.idempotency.table import metadata, records
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
@@ -199,6 +199,25 @@ async def completion_waiting(engine: AsyncEngine) -> None:
         await asyncio.sleep(0.02)  # another process's progress: polled, bounded by the test
 
 
+async def take_over(holder: AsyncConnection, scope: str, key: str, fingerprint: str) -> Claim:
+    """A newer claim of the record, in ``holder``'s transaction, once its lease is over."""
+    while True:
+        newer = await claim_record(
+            holder, scope, key, fingerprint,
+            fence=None, lease_token="newer", lease_ttl=30, ttl=60,
+        )  # fmt: skip
+        if newer.outcome is ClaimOutcome.CLAIMED:
+            return newer
+        await asyncio.sleep(0.1)  # the paused worker's lease ends on the database clock: polled
+
+
+async def all_rows(engine: AsyncEngine) -> list[tuple[object, ...]]:
+    """Every record's status, fence and stored body."""
+    async with engine.connect() as conn:
+        query = sa.select(records.c.status, records.c.fence, records.c.response_body)
+        return [tuple(row) for row in (await conn.execute(query)).all()]
+
+
 @pytest.mark.parametrize("lease", [2.0])  # renewed every 0.67 s: a stalled host keeps it
 async def test_paused_workers_late_completion_is_rejected_by_the_fence(
     servers: Servers, postgres_url: str, redis_client: object, tmp_path: Path
@@ -224,14 +243,8 @@ async def test_paused_workers_late_completion_is_rejected_by_the_fence(
                 await asyncio.wait_for(completion_waiting(engine), 20)
                 os.kill(worker_a.pid, signal.SIGSTOP)  # ...and A stalls, its write in flight
                 stopped = True
-                while True:  # a newer holder takes the record over once A's lease is over
-                    newer = await claim_record(
-                        holder, first.scope, "charge-once", first.fingerprint,
-                        fence=None, lease_token="newer", lease_ttl=30, ttl=60,
-                    )  # fmt: skip
-                    if newer.outcome is ClaimOutcome.CLAIMED:
-                        break
-                    await asyncio.sleep(0.1)  # A's lease ends on the database clock: polled
+                # A newer holder takes the record over once A's lease is over.
+                newer = await take_over(holder, first.scope, "charge-once", first.fingerprint)
             # Committed: A's queued completion now meets the newer holder's record.
             os.kill(worker_a.pid, signal.SIGCONT)
             stopped = False
@@ -239,9 +252,7 @@ async def test_paused_workers_late_completion_is_rejected_by_the_fence(
                 late = (await late_request).status_code
             except httpx.HTTPError:
                 late = None  # the response was cut: its completion was refused
-        async with engine.connect() as conn:
-            query = sa.select(records.c.status, records.c.fence, records.c.response_body)
-            rows = [tuple(row) for row in (await conn.execute(query)).all()]
+        rows = await all_rows(engine)
     finally:
         if stopped:
             os.kill(worker_a.pid, signal.SIGCONT)

@@ -14,7 +14,7 @@ __all__ = ["IdempotencyEvent", "IdempotencyEventKind", "IdempotencyHook"]
 #: ``completed`` (the result was stored under the fence), ``released`` (the claim was
 #: given up, e.g. the work raised, so the key can be retried; without a ``claimed`` before
 #: it when a claim is given back before the work starts, as when the lock backend is down
-#: and the middleware answers 503), ``conflict`` (the key is
+#: and the middleware answers 503 or the function raises), ``conflict`` (the key is
 #: in flight elsewhere), ``key_reused`` (the key came back with different input).
 IdempotencyEventKind = Literal[
     "claimed", "replayed", "completed", "released", "conflict", "key_reused"

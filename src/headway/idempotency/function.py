@@ -1,12 +1,13 @@
 """``idempotent_function``: run a function once per key, and return the stored result after.
 
-The same records, lock, fencing and lease renewal as ``IdempotencyMiddleware``, for
-code that is not HTTP (queue consumers, webhook processors, jobs). A call reads the
-record; a completed one is replayed. Otherwise it takes the key's lock (or waits for
-it, with ``on_conflict="wait"``), claims the record under the lease's fencing token,
-runs the body while both leases are renewed, and stores the serialized result with a
-fenced write. Async functions run all of it on the caller's loop; sync ones run the
-body in the caller's thread and the records on headway's background loop (``portal``).
+The function face of the idempotency engine (``engine``) that ``IdempotencyMiddleware``
+is the HTTP face of: the same records, lock, fencing and lease renewal, for code that is
+not HTTP (queue consumers, webhook processors, jobs). A call reads the record; a
+completed one is replayed. Otherwise it claims the record (the lock requested alongside,
+or first with ``on_conflict="wait"``: the lock is what it waits on), runs the body while
+both leases are renewed, and stores the serialized result with a fenced write. Async
+functions run all of it on the caller's loop; sync ones run the body in the caller's
+thread and the records on headway's background loop (``portal``).
 """
 
 from __future__ import annotations
@@ -17,34 +18,26 @@ import contextlib
 import functools
 import inspect
 import logging
-import time
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar, cast
 
 from headway._errors import (
-    BackendUnavailable,
     IdempotencyError,
     IdempotencyInProgress,
     IdempotencyKeyReused,
-    LockLost,
-    LockNotAcquired,
-    LockNotOwned,
     ResultNotSerializable,
 )
 from headway.idempotency.arguments import CallIdentity
 from headway.idempotency.callers import scope_id
-from headway.idempotency.events import IdempotencyEvent, IdempotencyEventKind, IdempotencyHook
+from headway.idempotency.engine import Call, Engine, Found
+from headway.idempotency.events import IdempotencyHook
 from headway.idempotency.portal import submit
-from headway.idempotency.record import ClaimOutcome, Record, StoredResponse
-from headway.idempotency.renewal import RequestLeases
+from headway.idempotency.record import StoredResponse
 from headway.idempotency.serializers import JsonSerializer, Serializer, dump_error, load_error
 from headway.idempotency.store import RecordStore
-from headway.idempotency.table import Status
 from headway.lock.backends.memory import MemoryLockBackend
 from headway.lock.contract import LockBackend
-from headway.lock.driver import complete
-from headway.lock.lease import Lease, check_timeout, check_ttl
-from headway.lock.lock import Lock
+from headway.lock.lease import check_timeout, check_ttl
 
 __all__ = ["IdempotentDecorator", "idempotent_function"]
 
@@ -55,7 +48,6 @@ R = TypeVar("R")
 
 #: ``response_status`` of a record holding a result, and of one holding a stored error.
 RESULT, ERROR = 200, 500
-_PENDING: Any = object()  # a record still in flight: nothing to answer from
 
 
 class IdempotentDecorator(Protocol):
@@ -145,7 +137,7 @@ def _with_ttl(store: RecordStore, ttl: float) -> RecordStore:
 
 
 class _Runner:
-    """One idempotent function's calls: its records, its lock, its options."""
+    """One idempotent function's calls: the function face of the idempotency engine."""
 
     def __init__(
         self,
@@ -163,13 +155,12 @@ class _Runner:
         self.namespace = namespace
         # Prefixed, so a function's records never share a scope with an HTTP caller's.
         self.scope = scope_id(f"function:{namespace}")
-        self.store = store
-        self.lock_backend = lock_backend
-        self.lease_ttl = lease_ttl
-        self.wait = wait
+        self.engine = Engine(
+            store=store, lock_backend=lock_backend, source="function",
+            lease_ttl=lease_ttl, wait=wait, on_event=on_event,
+        )  # fmt: skip
         self.serializer = serializer
         self.store_errors = store_errors
-        self.on_event = on_event
 
     def execute_sync(self, key: str, fingerprint: str, body: Callable[[], Any]) -> Any:
         """``execute`` for a sync body: the body runs here, the records on the portal."""
@@ -198,103 +189,29 @@ class _Runner:
 
     async def execute(self, key: str, fingerprint: str, body: Callable[[], Awaitable[Any]]) -> Any:
         """Replay the key's stored result, or claim it and run ``body`` once."""
-        record = await self.store.get(self.scope, key)
-        if record is not None:
-            answer = await self._answer(record, key, fingerprint)
-            if answer is not _PENDING:
-                return answer
-        lock = Lock(self.lock_backend, self._resource(key), ttl=self.lease_ttl, timeout=self.wait)
-        try:
-            lease = await lock.acquire()
-        except LockNotAcquired:
-            raise await self._in_progress(key) from None
-        try:
-            return await self._claim_and_run(key, fingerprint, lock, lease, body)
-        finally:
-            await _release_lock(lock, lease)
-
-    def _resource(self, key: str) -> str:
-        return f"idempotency/{self.scope}/{key}"
-
-    async def _claim_and_run(
-        self,
-        key: str,
-        fingerprint: str,
-        lock: Lock,
-        lease: Lease,
-        body: Callable[[], Awaitable[Any]],
-    ) -> Any:
-        sent = time.monotonic()
-        claim = await self.store.claim(
-            self.scope, key, fingerprint,
-            fence=lease.fence, lease_token=lease.token, lease_ttl=self.lease_ttl,
-        )  # fmt: skip
-        if claim.outcome is not ClaimOutcome.CLAIMED:
-            if claim.record is not None:
-                answer = await self._answer(claim.record, key, fingerprint)
-                if answer is not _PENDING:
-                    return answer
-            raise await self._in_progress(key)
-        assert claim.fence is not None
-        await self._emit("claimed", key, claim.fence)
-        ttl = self.lease_ttl
-        record = Lease(lease.resource, lease.token, claim.fence, sent + ttl, ttl)
-        leases = RequestLeases(self.store, self.scope, key, record, (lock, lease))
-        async with leases.watchdog(ttl):
-            return await self._run(key, claim.fence, body)
-
-    async def _run(self, key: str, fence: int, body: Callable[[], Awaitable[Any]]) -> Any:
-        """Run the body on our claimed record; store its result (fenced) or release the record."""
-        try:
-            value = await body()
-        except BaseException as exc:
-            if isinstance(exc, self.store_errors):
-                await self._complete(key, fence, StoredResponse(ERROR, (), dump_error(exc)))
-            else:
-                await self._release(key, fence)
-            raise
-        try:
-            data = self.serializer.dumps(value)
-            returned = self.serializer.loads(data)
-        except Exception as exc:
-            await self._release(key, fence)
-            raise ResultNotSerializable(
-                f"{self.namespace}: cannot store the result ({exc}); it was not stored and the "
-                "key is free again. Return data the serializer holds, or pass serializer=.",
-                namespace=self.namespace, key=key,
-            ) from exc  # fmt: skip
-        await self._complete(key, fence, StoredResponse(RESULT, (), data))
-        return returned
-
-    async def _complete(self, key: str, fence: int, stored: StoredResponse) -> None:
-        if not await self.store.complete(self.scope, key, fence, stored):
-            # A newer lease took the record over: this call's outcome must not count.
-            raise LockLost(
-                f"fence {fence} was superseded; the result was not stored",
-                resource=self._resource(key),
-            )
-        await self._emit("completed", key, fence)
-
-    async def _release(self, key: str, fence: int) -> None:
-        try:
-            await complete(self.store.release(self.scope, key, fence))
-        except Exception as exc:  # the body's error matters more; the record's lease runs out
-            log.warning("could not release an idempotency record: %s", exc)
-            return
-        await self._emit("released", key, fence)
-
-    async def _answer(self, record: Record, key: str, fingerprint: str) -> Any:
-        """The stored result (or stored error, raised); ``_PENDING`` if still in flight."""
-        if record.fingerprint != fingerprint:
-            await self._emit("key_reused", key)
+        run = _BodyRun(self, key, body)
+        answer = await self.engine.execute(
+            Call(self.scope, key, fingerprint, label=self.namespace), run
+        )
+        if answer is None:
+            return run.outcome()
+        if answer.found is Found.REPLAY:
+            assert answer.response is not None
+            return self._replay(key, answer.response)
+        if answer.found is Found.REUSED:
             raise IdempotencyKeyReused(
                 f"{self.namespace}: key {key!r} was used before with different arguments",
                 namespace=self.namespace, key=key,
             )  # fmt: skip
-        if record.status is not Status.COMPLETED or record.response is None:
-            return _PENDING
-        await self._emit("replayed", key, record.fence)
-        response = record.response
+        wait = self.engine.wait
+        waited = f" (waited {wait:g} s)" if wait else ""
+        raise IdempotencyInProgress(
+            f"{self.namespace}: key {key!r} is running elsewhere{waited}; retry later",
+            namespace=self.namespace, key=key,
+        )  # fmt: skip
+
+    def _replay(self, key: str, response: StoredResponse) -> Any:
+        """The stored result, or the stored error raised."""
         assert response.body is not None
         if response.status == RESULT:
             return self.serializer.loads(response.body)
@@ -307,28 +224,43 @@ class _Runner:
             )  # fmt: skip
         raise error
 
-    async def _in_progress(self, key: str) -> IdempotencyInProgress:
-        await self._emit("conflict", key)
-        waited = f" (waited {self.wait:g} s)" if self.wait else ""
-        return IdempotencyInProgress(
-            f"{self.namespace}: key {key!r} is running elsewhere{waited}; retry later",
-            namespace=self.namespace, key=key,
-        )  # fmt: skip
 
-    async def _emit(self, kind: IdempotencyEventKind, key: str, fence: int | None = None) -> None:
-        if self.on_event is None:
-            return
+class _BodyRun:
+    """The engine's work for one call: run the body and serialize its result (``Work``)."""
+
+    __slots__ = ("body", "error", "key", "runner", "value")
+
+    def __init__(self, runner: _Runner, key: str, body: Callable[[], Awaitable[Any]]) -> None:
+        self.runner = runner
+        self.key = key
+        self.body = body
+        self.value: Any = None
+        self.error: Exception | None = None  # an error of ``store_errors``, stored
+
+    async def run(self) -> StoredResponse:
+        """The body's result (or error of ``store_errors``) as the record keeps it."""
+        runner = self.runner
         try:
-            result = self.on_event(IdempotencyEvent(kind, self.namespace, key, "function", fence))
-            if inspect.isawaitable(result):
-                await result
-        except Exception:  # metrics must never change what the caller gets
-            log.exception("the idempotency on_event hook raised")
+            value = await self.body()
+        except runner.store_errors as exc:
+            self.error = exc
+            return StoredResponse(ERROR, (), dump_error(exc))
+        try:
+            data = runner.serializer.dumps(value)
+            self.value = runner.serializer.loads(data)
+        except Exception as exc:
+            raise ResultNotSerializable(
+                f"{runner.namespace}: cannot store the result ({exc}); it was not stored and "
+                "the key is free again. Return data the serializer holds, or pass serializer=.",
+                namespace=runner.namespace, key=self.key,
+            ) from exc  # fmt: skip
+        return StoredResponse(RESULT, (), data)
 
+    async def finish(self) -> None:
+        """Nothing to end: the caller gets ``outcome()``."""
 
-async def _release_lock(lock: Lock, lease: Lease) -> None:
-    """Release the call's lock; a lapsed or unreachable lock expires by its TTL."""
-    try:
-        await lock.release(lease)  # shielded from cancellation by the lock
-    except (LockNotOwned, BackendUnavailable) as exc:
-        log.warning("releasing %r failed; it expires by its TTL: %s", lease.resource, exc)
+    def outcome(self) -> Any:
+        """What the first call returns (or raises), once its record is settled."""
+        if self.error is not None:
+            raise self.error
+        return self.value

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from typing import Literal
 
 from headway.idempotency.events import IdempotencyEvent, IdempotencyEventKind, IdempotencyHook
 
@@ -15,17 +16,18 @@ log = logging.getLogger("headway.idempotency")
 async def emit(
     hook: IdempotencyHook | None,
     kind: IdempotencyEventKind,
+    source: Literal["http", "function"],
     scope: str,
     key: str,
     fence: int | None = None,
 ) -> None:
-    """Tell ``hook`` about one HTTP event; its errors are logged and swallowed."""
+    """Tell ``hook`` about one event of ``source``; its errors are logged and swallowed."""
     if hook is None:
         return
     try:
-        result = hook(IdempotencyEvent(kind, scope, key, "http", fence))
+        result = hook(IdempotencyEvent(kind, scope, key, source, fence))
         if inspect.isawaitable(result):
             await result
     except Exception:
-        # Metrics and logs must never change what the client gets.
+        # Metrics and logs must never change what the caller gets.
         log.exception("idempotency on_event hook failed on %r", kind)

@@ -1,5 +1,6 @@
 """``IdempotencyMiddleware`` (pure ASGI) and the ``idempotent`` per-route decorator: the
-HTTP face (methods, the key header, the request body, 503s) of ``handling``'s engine."""
+HTTP face (methods, the key header, the request body, the app's run captured, 503s) of
+the idempotency engine (``engine``)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from typing import Any
 
 from headway._errors import BackendUnavailable, LockLost
 from headway._http import ASGIApp, Receive, Scope, Send, header_values, send_problem
-from headway.idempotency.answers import KeyedRequest, answer_unavailable
+from headway.idempotency.answers import answer_unavailable, send_answer
 from headway.idempotency.callers import ScopeFunction, by_credentials, identify
-from headway.idempotency.capture import BodyTooLarge, read_body, replaying
+from headway.idempotency.capture import BodyTooLarge, Capture, read_body, replaying
+from headway.idempotency.engine import Call, Engine
 from headway.idempotency.events import IdempotencyHook
 from headway.idempotency.fingerprints import (
     FingerprintFunction,
@@ -20,12 +22,11 @@ from headway.idempotency.fingerprints import (
     earlier_fingerprint,
     request_fingerprint,
 )
-from headway.idempotency.handling import KeyedHandling
-from headway.idempotency.request import InvalidKey, parse_key
+from headway.idempotency.record import StoredResponse
+from headway.idempotency.request import InvalidKey, parse_key, storable_headers
 from headway.idempotency.store import RecordStore
 from headway.lock.backends.memory import MemoryLockBackend
 from headway.lock.contract import LockBackend
-from headway.lock.lock import Lock
 
 __all__ = ["IdempotencyMiddleware", "idempotent"]
 
@@ -34,7 +35,7 @@ log = logging.getLogger("headway.idempotency")
 HEADER = b"idempotency-key"
 
 
-class IdempotencyMiddleware(KeyedHandling):
+class IdempotencyMiddleware:
     """Honour ``Idempotency-Key`` on ``methods`` (draft-ietf-httpapi-idempotency-key-header).
 
     The first request with a key claims its record (one statement, the lock taken
@@ -109,7 +110,10 @@ class IdempotencyMiddleware(KeyedHandling):
         self.database_fallback = database_fallback
         self.on_event = on_event
         self.fingerprint = fingerprint
-        Lock(self.lock_backend, "check", ttl=lease_ttl, timeout=wait)  # validates both
+        self.engine = Engine(  # validates lease_ttl and wait
+            store=self.store, lock_backend=self.lock_backend, source="http",
+            lease_ttl=lease_ttl, wait=wait, on_event=on_event, database_fallback=database_fallback,
+        )  # fmt: skip
 
     _warned = False
 
@@ -165,13 +169,50 @@ class IdempotencyMiddleware(KeyedHandling):
         earlier = None
         if self.fingerprint is default_fingerprint:
             earlier = functools.partial(earlier_fingerprint, scope, body)
-        request = KeyedRequest(caller.scope, key, digest, named=caller.named, earlier=earlier)
+        call = Call(caller.scope, key, digest, named=caller.named, earlier=earlier)
+        run = AppRun(self, scope, replaying(body, receive), send)
         try:
-            await self.handle(request, scope, replaying(body, receive), send)
+            answer = await self.engine.execute(call, run)
         except (BackendUnavailable, LockLost) as exc:
-            if request.responded:
+            if run.capture is not None and run.capture.started:
                 raise  # the client already has part of a response: it can only be cut
             await answer_unavailable(exc, send, self.retry_after)
+            return
+        if answer is not None:
+            await send_answer(answer, send)
+
+
+class AppRun:
+    """The engine's work for one request: run the app, its response captured (``Work``)."""
+
+    __slots__ = ("capture", "middleware", "receive", "scope", "send")
+
+    def __init__(
+        self, middleware: IdempotencyMiddleware, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        self.middleware = middleware
+        self.scope = scope
+        self.receive = receive
+        self.send = send
+        self.capture: Capture | None = None  # set once the app runs
+
+    async def run(self) -> StoredResponse | None:
+        """Run the app; its response to store, or None when the record is to be released."""
+        capture = self.capture = Capture(self.send, self.middleware.max_body)
+        await self.middleware.app(self.scope, self.receive, capture.send)
+        status = capture.status
+        # 429: refused before it ran (say, by a rate limiter mounted inside): a retry must
+        # run, not replay the refusal. 5xx: the work most likely did not happen either.
+        if status is None or status == 429:
+            return None
+        if status >= 500 and not self.middleware.store_server_errors:
+            return None
+        return StoredResponse(status, storable_headers(capture.headers), capture.body)
+
+    async def finish(self) -> None:
+        """The end of the response, held back until its record settled."""
+        assert self.capture is not None
+        await self.capture.finish()
 
 
 def idempotent(**options: Any) -> Callable[[Callable[..., Any]], ASGIApp]:
