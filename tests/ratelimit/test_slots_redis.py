@@ -18,7 +18,7 @@ from headway import (
     SyncRedisRateLimitBackend,
 )
 from headway._errors import BackendUnavailable, ConcurrencyLimitExceeded, LockNotOwned
-from headway.lock.driver import complete
+from headway.lock.driver import run_to_end
 from headway.ratelimit.policies import OnError
 from tests.servers import free_port
 
@@ -155,7 +155,7 @@ async def test_complete_reraises_the_callers_cancellation_when_the_call_fails() 
         await gate.wait()
         raise BackendUnavailable("down", backend="test")
 
-    task = asyncio.create_task(complete(call()))
+    task = asyncio.create_task(run_to_end(call()))
     await asyncio.sleep(0)
     task.cancel()
     await asyncio.sleep(0)

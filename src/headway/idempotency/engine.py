@@ -27,7 +27,7 @@ from headway.idempotency.renewal import RequestLeases
 from headway.idempotency.store import RecordStore
 from headway.idempotency.table import Status
 from headway.lock.contract import LockBackend
-from headway.lock.driver import complete
+from headway.lock.driver import run_to_end
 from headway.lock.lease import Lease, check_timeout, check_ttl, new_token
 from headway.lock.lock import Lock
 
@@ -205,7 +205,7 @@ class Engine:
         """Delete our record so a retry runs again. ``quietly``: the work's own error
         matters more than the release's, which is logged (the record's lease runs out)."""
         try:
-            released = await complete(self.store.release(call.scope, call.key, fence))
+            released = await run_to_end(self.store.release(call.scope, call.key, fence))
         except Exception as exc:
             if not quietly:
                 raise

@@ -2,7 +2,7 @@
 
 ``QueuedBackend`` (async) and ``SyncQueuedBackend`` run ``acquire_flow`` over a
 backend's primitives: they try, listen, wait, leave, and make every step safe
-under cancellation (``complete``), so a backend only says how to do each step.
+under cancellation (``run_to_end``), so a backend only says how to do each step.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from headway.lock.contract import (
 from headway.lock.flow import Attempt, Leave, Listen, Step, Try, Wait, acquire_flow
 from headway.lock.lease import Lease, check_ttl
 
-__all__ = ["QueuedBackend", "SyncQueuedBackend", "complete"]
+__all__ = ["QueuedBackend", "SyncQueuedBackend", "run_to_end"]
 
 T = TypeVar("T")
 
 Flow = Generator[Step, Attempt | bool | int | None, Lease]
 
 
-async def complete(aw: Awaitable[T], undo: Callable[[T], Awaitable[object]] | None = None) -> T:
+async def run_to_end(aw: Awaitable[T], undo: Callable[[T], Awaitable[object]] | None = None) -> T:
     """Run ``aw`` to the end even if the caller is cancelled meanwhile.
 
     A request already sent has an effect we must know about: on cancellation
@@ -132,14 +132,14 @@ class QueuedBackend(QueuedPrimitives):
                 else:
                     assert isinstance(step, Leave)
                     queued = False
-                    await complete(self._leave(resource, step.waiter))
+                    await run_to_end(self._leave(resource, step.waiter))
                     step = flow.send(None)
         except StopIteration as done:
             return _done(done)
         except BaseException:
             if queued:
                 with contextlib.suppress(Exception):
-                    await complete(self._leave(resource, waiter))
+                    await run_to_end(self._leave(resource, waiter))
             raise
         finally:
             if wake is not None:
@@ -162,7 +162,7 @@ class QueuedBackend(QueuedPrimitives):
         self, call: Awaitable[T], undo: Callable[[T], Awaitable[object]] | None = None
     ) -> Awaitable[T]:
         """``call``, finished (and undone) even if its caller is cancelled."""
-        return call if self._shielded() else complete(call, undo)
+        return call if self._shielded() else run_to_end(call, undo)
 
     async def release(self, lease: Lease) -> None:
         """Release ``lease``; shielded from cancellation."""

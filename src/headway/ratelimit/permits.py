@@ -10,7 +10,7 @@ call answering with the ``Admission`` (slots in flight, the wait when refused).
 A permit's lease has the fencing token ``PERMIT_FENCE`` (0): see ``slots``.
 
 The async shell bounds each call by ``budget`` and makes acquire and release
-safe under cancellation (``complete``); an acquire whose reply was lost
+safe under cancellation (``run_to_end``); an acquire whose reply was lost
 (budget, outage) is undone in the background. What a crash leaves behind ends
 with the lease.
 """
@@ -24,7 +24,7 @@ from typing import TypeVar
 
 from headway._clock import Clock
 from headway._errors import BackendUnavailable, LockNotAcquired, LockNotOwned
-from headway.lock.driver import complete
+from headway.lock.driver import run_to_end
 from headway.lock.lease import Lease, check_timeout, check_ttl, new_token
 from headway.ratelimit.backends.contract import ConcurrencyBackend, SyncConcurrencyBackend
 from headway.ratelimit.policies import Concurrency
@@ -101,14 +101,14 @@ class Permits:
 
         try:
             call = self._timed(self.backend.acquire_slot(key, self.policy, token))
-            grant = await complete(call, undo)
+            grant = await run_to_end(call, undo)
         except (BackendUnavailable, TimeoutError) as exc:
             self._undo_later(key, token)
             if isinstance(exc, TimeoutError):
                 raise self._over_budget("taking a slot") from exc
             raise
         except asyncio.CancelledError:
-            # complete() undid any grant it saw; one lost with a failed reply is undone here.
+            # run_to_end() undid any grant it saw; one lost with a failed reply is undone here.
             self._undo_later(key, token)
             raise
         return admitted(grant, key, self.policy, token, sent)
@@ -128,7 +128,7 @@ class Permits:
         """Give the permit back, even if cancelled meanwhile; ``LockNotOwned`` if it lapsed."""
         call = self._timed(self.backend.release_slot(lease.resource, self.policy, lease.token))
         try:
-            held = await complete(call)
+            held = await run_to_end(call)
         except TimeoutError as exc:
             raise self._over_budget("releasing a slot") from exc
         if not held:

@@ -59,7 +59,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from headway._clock import Clock, MonotonicClock
 from headway._errors import BackendUnavailable, LockNotAcquired, LockNotOwned
-from headway.lock.driver import complete
+from headway.lock.driver import run_to_end
 from headway.lock.lease import Lease, check_timeout, check_ttl, new_token
 
 __all__ = ["PostgresLockBackend", "advisory_key"]
@@ -164,7 +164,7 @@ class PostgresLockBackend:
             # Shielded: asyncpg cancelled mid-connect leaves a failed future behind
             # ("Future exception was never retrieved"). On cancellation the checkout
             # ends first, then the connection (which holds nothing yet) goes back.
-            conn = await complete(
+            conn = await run_to_end(
                 self._bounded(self.engine.connect().start(), wait + self.timeout), _close
             )
         except _UNAVAILABLE as exc:
@@ -184,19 +184,19 @@ class PostgresLockBackend:
                 await self._bounded(conn.execute(_TOUCH, {"ttl": f"{ttl_ms}ms"}), self.timeout)
         except sqlalchemy.exc.DBAPIError as exc:
             if _sqlstate(exc) in _NOT_GRANTED:
-                await complete(self._give_back(conn))
+                await run_to_end(self._give_back(conn))
                 raise self._not_acquired(resource, timeout) from exc
-            await complete(_discard(conn))
+            await run_to_end(_discard(conn))
             raise self._unavailable(exc) from exc
         except BaseException as exc:
             # Cancelled or timed out mid-statement: the lock may have been granted
             # meanwhile, so end the session rather than guess.
-            await complete(_discard(conn))
+            await run_to_end(_discard(conn))
             if isinstance(exc, _UNAVAILABLE):
                 raise self._unavailable(exc) from exc
             raise
         if fence is None:
-            await complete(self._give_back(conn))
+            await run_to_end(self._give_back(conn))
             raise self._not_acquired(resource, timeout)
         token = new_token()
         self._held[token] = _Held(conn)
@@ -239,7 +239,7 @@ class PostgresLockBackend:
             bound = min(self.timeout, left) if left > 0 else self.timeout
             try:
                 # Shielded: a statement abandoned halfway would leave the session unusable.
-                await complete(self._touch(lease.token, held, ttl_ms, bound))
+                await run_to_end(self._touch(lease.token, held, ttl_ms, bound))
             except _UNAVAILABLE as exc:
                 why = f" ({type(exc).__name__}: its session ended or did not answer)"
                 raise self._not_owned(lease, "extend", why) from exc
@@ -261,7 +261,7 @@ class PostgresLockBackend:
         if held is None:
             raise self._not_owned(lease, "release")
         try:
-            await complete(self._end(held))
+            await run_to_end(self._end(held))
         except TimeoutError as exc:
             # The session was closed from our side: the server frees the lock when it notices.
             raise self._unavailable(exc) from exc
@@ -281,4 +281,4 @@ class PostgresLockBackend:
         """Release every lease still held (their sessions end; the engine stays yours)."""
         held, self._held = list(self._held.values()), {}
         for h in held:
-            await complete(_discard(h.conn))
+            await run_to_end(_discard(h.conn))

@@ -67,7 +67,7 @@ from headway._redis.scripts import Script
 from headway._redis.wire import forget
 from headway.lock.backends.redis.keys import EXTEND, FENCE_RAISE, lock_keys
 from headway.lock.backends.redlock.nodes import Nodes
-from headway.lock.driver import complete
+from headway.lock.driver import run_to_end
 from headway.lock.lease import Lease, _finite_seconds, check_timeout, check_ttl, new_token
 
 __all__ = ["RedlockBackend"]
@@ -216,7 +216,7 @@ class RedlockBackend:
                 await self._release_all(resource, outcome.token)
 
         while True:
-            outcome = await complete(self._round(resource, ttl_ms), undo)
+            outcome = await run_to_end(self._round(resource, ttl_ms), undo)
             if isinstance(outcome, Lease):
                 return outcome
             remaining = end - self.clock()
@@ -245,7 +245,7 @@ class RedlockBackend:
 
     async def release(self, lease: Lease) -> None:
         """Release ``lease`` on every node; shielded from cancellation."""
-        replies = await complete(self._release_all(lease.resource, lease.token))
+        replies = await run_to_end(self._release_all(lease.resource, lease.token))
         self._check(lease, replies, "release")
 
     async def extend(self, lease: Lease, ttl: float) -> Lease:

@@ -1,4 +1,4 @@
-"""``complete()``: a call already sent runs to its end, and its effect is undone on cancellation."""
+"""``run_to_end()``: a call already sent runs to its end; its effect is undone on cancellation."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from headway.lock.driver import complete
+from headway.lock.driver import run_to_end
 
 pytestmark = pytest.mark.anyio
 
@@ -22,7 +22,7 @@ async def test_cancelled_as_the_call_finishes_still_undoes() -> None:
     async def undo(result: str) -> None:
         undone.append(result)
 
-    caller = asyncio.ensure_future(complete(call(), undo))
+    caller = asyncio.ensure_future(run_to_end(call(), undo))
     with pytest.raises(asyncio.CancelledError):
         await caller
     assert undone == ["granted"]
@@ -40,7 +40,7 @@ async def test_cancelled_while_running_waits_then_undoes() -> None:
     async def undo(result: str) -> None:
         undone.append(result)
 
-    caller = asyncio.ensure_future(complete(call(), undo))
+    caller = asyncio.ensure_future(run_to_end(call(), undo))
     await started.wait()
     caller.cancel()
     await asyncio.sleep(0)
@@ -58,7 +58,7 @@ async def test_cancellation_wins_over_a_later_error() -> None:
         caller.cancel()
         raise ConnectionError("reply lost")
 
-    caller = asyncio.ensure_future(complete(call()))
+    caller = asyncio.ensure_future(run_to_end(call()))
     with pytest.raises(asyncio.CancelledError) as caught:
         await caller
     assert isinstance(caught.value.__cause__, ConnectionError)
@@ -71,6 +71,6 @@ async def test_result_and_error_pass_through() -> None:
     async def bad() -> None:
         raise ConnectionError("down")
 
-    assert await complete(ok()) == 3
+    assert await run_to_end(ok()) == 3
     with pytest.raises(ConnectionError):
-        await complete(bad())
+        await run_to_end(bad())
