@@ -54,10 +54,10 @@ def by_credentials(scope: Scope) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """A request's caller: the ``scope`` its record is filed under, and whether it is
-    ``named`` (its records may be replayed to it) or in the ``UNVERIFIED`` partition."""
+    """A request's caller: its ``id`` (what its records' ``scope`` column holds), and
+    whether it is ``named`` (its records may be replayed to it) or in ``UNVERIFIED``."""
 
-    scope: str
+    id: str
     named: bool
 
 

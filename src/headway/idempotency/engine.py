@@ -39,11 +39,11 @@ log = logging.getLogger("headway.idempotency")
 class Call:
     """One call with a key: the request of the HTTP face, the call of the function face."""
 
-    __slots__ = ("earlier", "fingerprint", "key", "label", "named", "scope")
+    __slots__ = ("caller", "earlier", "fingerprint", "key", "label", "named")
 
     def __init__(
         self,
-        scope: str,
+        caller: str,
         key: str,
         fingerprint: str,
         *,
@@ -51,10 +51,10 @@ class Call:
         named: bool = True,
         earlier: Callable[[], str] | None = None,
     ) -> None:
-        self.scope = scope  # the record's scope (``callers.Caller.scope``, or a function's)
+        self.caller = caller  # the record's ``scope`` column: ``callers.Caller.id``, a function's
         self.key = key
         self.fingerprint = fingerprint
-        self.label = scope if label is None else label  # the events' scope
+        self.label = caller if label is None else label  # the events' ``scope``
         self.named = named  # False: the UNVERIFIED partition, where nothing is replayed
         # The fingerprint an earlier release stored for this request, computed only if
         # a record does not match ``fingerprint`` (``fingerprints.earlier_fingerprint``).
@@ -63,7 +63,7 @@ class Call:
     @property
     def resource(self) -> str:
         """The lock resource (and what a lost lease names)."""
-        return f"idempotency/{self.scope}/{self.key}"
+        return f"idempotency/{self.caller}/{self.key}"
 
     def matches(self, stored: str) -> bool:
         """Whether a record's fingerprint is this call's (now, or as stored before)."""
@@ -118,7 +118,7 @@ class Engine:
 
     async def execute(self, call: Call, work: Work) -> Answer | None:
         """Answer from the record, or claim it and run ``work`` once (then None)."""
-        record = await self.store.get(call.scope, call.key)
+        record = await self.store.get(call.caller, call.key)
         if record is not None and (answer := await self._answer(call, record)) is not None:
             return answer
         lock = Lock(self.lock_backend, call.resource, ttl=self.lease_ttl, timeout=self.wait)
@@ -132,13 +132,13 @@ class Engine:
                 lease = await self._locked(acquiring, call, None)
             sent = time.monotonic()
             claim = await self.store.claim(
-                call.scope, call.key, call.fingerprint,
+                call.caller, call.key, call.fingerprint,
                 fence=None, lease_token=new_token(), lease_ttl=self.lease_ttl,
             )  # fmt: skip
             if self.wait == 0:
                 lease = await self._locked(acquiring, call, claim)
         except LockNotAcquired:  # waited in vain, or the holder finished meanwhile
-            return await self._settled(call, await self.store.get(call.scope, call.key), None)
+            return await self._settled(call, await self.store.get(call.caller, call.key), None)
         except BaseException:
             await _abandon(acquiring, lock)
             raise
@@ -151,7 +151,7 @@ class Engine:
             # the database's.
             leased = Lease(call.resource, "", claim.fence, sent + self.lease_ttl, self.lease_ttl)
             held = None if lease is None else (lock, lease)
-            leases = RequestLeases(self.store, call.scope, call.key, leased, held)
+            leases = RequestLeases(self.store, call.caller, call.key, leased, held)
             async with leases.watchdog(self.lease_ttl):
                 await self._run(call, claim.fence, work)
             return None
@@ -194,7 +194,7 @@ class Engine:
             raise
         if stored is None:
             await self._release_record(call, fence, quietly=False)
-        elif await self.store.complete(call.scope, call.key, fence, stored):
+        elif await self.store.complete(call.caller, call.key, fence, stored):
             await self._emit("completed", call, fence)
         else:  # a newer claim took the record over: this outcome must not count
             message = f"fence {fence} was superseded; the outcome was not stored"
@@ -205,7 +205,7 @@ class Engine:
         """Delete our record so a retry runs again. ``quietly``: the work's own error
         matters more than the release's, which is logged (the record's lease runs out)."""
         try:
-            released = await run_to_end(self.store.release(call.scope, call.key, fence))
+            released = await run_to_end(self.store.release(call.caller, call.key, fence))
         except Exception as exc:
             if not quietly:
                 raise

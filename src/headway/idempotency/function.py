@@ -154,7 +154,7 @@ class _Runner:
             raise ValueError("namespace must not be empty")
         self.namespace = namespace
         # Prefixed, so a function's records never share a scope with an HTTP caller's.
-        self.scope = scope_id(f"function:{namespace}")
+        self.caller = scope_id(f"function:{namespace}")
         self.engine = Engine(
             store=store, lock_backend=lock_backend, source="function",
             lease_ttl=lease_ttl, wait=wait, on_event=on_event,
@@ -191,7 +191,7 @@ class _Runner:
         """Replay the key's stored result, or claim it and run ``body`` once."""
         run = _BodyRun(self, key, body)
         answer = await self.engine.execute(
-            Call(self.scope, key, fingerprint, label=self.namespace), run
+            Call(self.caller, key, fingerprint, label=self.namespace), run
         )
         if answer is None:
             return run.outcome()

@@ -169,7 +169,7 @@ class IdempotencyMiddleware:
         earlier = None
         if self.fingerprint is default_fingerprint:
             earlier = functools.partial(earlier_fingerprint, scope, body)
-        call = Call(caller.scope, key, digest, named=caller.named, earlier=earlier)
+        call = Call(caller.id, key, digest, named=caller.named, earlier=earlier)
         run = AppRun(self, scope, replaying(body, receive), send)
         try:
             answer = await self.engine.execute(call, run)
