@@ -128,6 +128,20 @@ class IdempotencyMiddleware:
                 getattr(self.scope_function, "__qualname__", self.scope_function),
             )
 
+    async def _call(self, scope: Scope, key: str, body: bytes, send: Send) -> Call | None:
+        """The engine's call: who calls (the scope function) and what (the fingerprint);
+        None when the fingerprint function failed (the client was answered 500)."""
+        digest = await request_fingerprint(self.fingerprint, scope, body, send)
+        if digest is None:
+            return None
+        caller = await identify(self.scope_function, scope)
+        if not caller.named:
+            self._warn_unnamed()
+        earlier = None
+        if self.fingerprint is default_fingerprint:
+            earlier = functools.partial(earlier_fingerprint, scope, body)
+        return Call(caller.id, key, digest, named=caller.named, earlier=earlier)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in self.methods:
             await self.app(scope, receive, send)
@@ -160,16 +174,9 @@ class IdempotencyMiddleware:
             return
         if body is None:
             return  # the client left before sending its request
-        digest = await request_fingerprint(self.fingerprint, scope, body, send)
-        if digest is None:
+        call = await self._call(scope, key, body, send)
+        if call is None:
             return  # the fingerprint function failed: answered 500
-        caller = await identify(self.scope_function, scope)
-        if not caller.named:
-            self._warn_unnamed()
-        earlier = None
-        if self.fingerprint is default_fingerprint:
-            earlier = functools.partial(earlier_fingerprint, scope, body)
-        call = Call(caller.id, key, digest, named=caller.named, earlier=earlier)
         run = AppRun(self, scope, replaying(body, receive), send)
         try:
             answer = await self.engine.execute(call, run)
