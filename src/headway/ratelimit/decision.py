@@ -77,12 +77,15 @@ class Decision:
         return self.allowed
 
 
-# A decision is built per request. The ``__init__`` of a frozen dataclass sets each
-# field through ``object.__setattr__``, several times what a plain slot store costs.
-# So the values are built as instances of a writable class with the very same slots,
-# whose ``__class__`` is then set to the frozen one (Python allows it between classes
-# of the same layout): the same objects (equal, hashable, immutable once made) at about
-# a third of the cost (1.1 µs -> 0.4 µs for a one-policy decision; docs/decisions.md).
+# The one builder that bypasses the constructors. A leased decision is made in process,
+# with no round trip beside it, and the frozen dataclasses' ``__init__`` (an
+# ``object.__setattr__`` per field) doubled its time: a leased ``hit``'s p50 0.7-0.9 us
+# -> 1.6-1.8 us with the constructors, decisions/s roughly halved (benchmarks/
+# leasing_bench.py, docs/decisions.md "Plain values"). So ``admitted`` builds each value
+# as an instance of a writable class with the very same slots, then sets its
+# ``__class__`` to the frozen one (CPython allows that between classes of one layout): the
+# same objects, equal, hashable and immutable once made. Every other decision is built by
+# the constructors.
 _P_FIELDS = ("policy", "allowed", "remaining", "reset_after", "retry_after")
 _D_FIELDS = (
     "allowed", "limit", "remaining", "reset_after", "retry_after", "policy", "source", "policies"
@@ -94,7 +97,7 @@ def _same_layout(cls: type, names: tuple[str, ...]) -> None:
         tuple(f.name for f in dataclasses.fields(cls)) != names
         or getattr(cls, "__slots__", ()) != names
     ):
-        raise RuntimeError(f"{cls.__name__}'s fields changed: update its fast constructor")
+        raise RuntimeError(f"{cls.__name__}'s fields changed: update ``admitted``")
 
 
 _same_layout(PolicyDecision, _P_FIELDS)
@@ -123,51 +126,14 @@ class _OpenDecision:
     retry_after: float
     policy: Policy
     source: Source
-    policies: tuple[PolicyDecision, ...]
-
-
-def _part(
-    policy: Policy, allowed: bool, remaining: int, reset_after: float, retry_after: float
-) -> PolicyDecision:
-    """``PolicyDecision(...)``, fast (see above)."""
-    part = _OpenPolicyDecision()
-    part.policy = policy
-    part.allowed = allowed
-    part.remaining = remaining
-    part.reset_after = reset_after
-    part.retry_after = retry_after
-    part.__class__ = PolicyDecision  # type: ignore[assignment]
-    return part  # type: ignore[return-value]
-
-
-def _decision(
-    allowed: bool,
-    limit: int,
-    remaining: int,
-    reset_after: float,
-    retry_after: float,
-    policy: Policy,
-    parts: tuple[PolicyDecision, ...],
-) -> Decision:
-    """``Decision(..., Source.BACKEND, parts)``, fast (see above)."""
-    decision = _OpenDecision()
-    decision.allowed = allowed
-    decision.limit = limit
-    decision.remaining = remaining
-    decision.reset_after = reset_after
-    decision.retry_after = retry_after
-    decision.policy = policy
-    decision.source = _BACKEND
-    decision.policies = parts
-    decision.__class__ = Decision  # type: ignore[assignment]
-    return decision  # type: ignore[return-value]
+    policies: tuple[object, ...]
 
 
 def admitted(policy: Policy, remaining: int, reset_after: float) -> Decision:
-    """One policy's admitting decision from the backend, fast: a leased decision's value.
+    """One policy's admitting decision from the backend: a leased decision's value.
 
-    Equal to ``decision_from_reply((1, 1, remaining, reset_us, 0), (policy,))``, built in
-    one frame (the leased hot path builds one per decision).
+    Equal to ``decision_from_reply((1, 1, remaining, reset_us, 0), (policy,))``, built
+    without the constructors (see above).
     """
     part = _OpenPolicyDecision()
     part.policy = policy
@@ -184,7 +150,7 @@ def admitted(policy: Policy, remaining: int, reset_after: float) -> Decision:
     decision.retry_after = 0.0
     decision.policy = policy
     decision.source = _BACKEND
-    decision.policies = (part,)  # type: ignore[assignment]
+    decision.policies = (part,)
     decision.__class__ = Decision  # type: ignore[assignment]
     return decision  # type: ignore[return-value]
 
@@ -194,9 +160,9 @@ def _one(
 ) -> Decision:
     """One policy's decision: it is the chosen one."""
     reset, retry = reset_us / 1e6, retry_us / 1e6
-    parts = (_part(policy, ok, remaining, reset, retry),)
-    return _decision(
-        allowed, policy.limit, remaining, reset, 0.0 if allowed else retry, policy, parts
+    parts = (PolicyDecision(policy, ok, remaining, reset, retry),)
+    return Decision(
+        allowed, policy.limit, remaining, reset, 0.0 if allowed else retry, policy, _BACKEND, parts
     )
 
 
@@ -212,7 +178,7 @@ def decision_from_reply(reply: Sequence[int], policies: Sequence[Policy]) -> Dec
     allowed = reply[0] == 1
     parts = tuple(
         [
-            _part(p, reply[i] == 1, reply[i + 1], reply[i + 2] / 1e6, reply[i + 3] / 1e6)
+            PolicyDecision(p, reply[i] == 1, reply[i + 1], reply[i + 2] / 1e6, reply[i + 3] / 1e6)
             for p, i in zip(policies, range(1, len(reply), 4), strict=True)
         ]
     )
@@ -220,13 +186,14 @@ def decision_from_reply(reply: Sequence[int], policies: Sequence[Policy]) -> Dec
         chosen = min(parts, key=lambda d: (d.remaining, -d.reset_after))
     else:
         chosen = max((d for d in parts if not d.allowed), key=lambda d: d.retry_after)
-    return _decision(
+    return Decision(
         allowed,
         chosen.policy.limit,
         chosen.remaining,
         chosen.reset_after,
         0.0 if allowed else chosen.retry_after,
         chosen.policy,
+        _BACKEND,
         parts,
     )
 
