@@ -79,7 +79,7 @@ class Packing:
     __slots__ = ("args", "keys", "lease_args", "lease_script", "policies", "script")
 
     def __init__(self, policies: PolicySet) -> None:
-        self.policies = policies  # held, so that its id() is not reused while this lives
+        self.policies = policies
         self.script = decide_script(policies)
         self.args: dict[tuple[int, bool], Packed] = {}
         self.keys: dict[str, Packed] = {}
