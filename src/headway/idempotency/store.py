@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from headway._budget import Budget
+from headway._clock import within
 from headway._errors import BackendUnavailable
 from headway.idempotency import writes
 from headway.idempotency.claim import claim_record, claim_statement, claimed, one_statement
@@ -63,9 +63,6 @@ class RecordStore:
         self.engine = engine
         self.ttl = float(ttl)
         self.timeout = float(timeout)
-        # Bounds every operation to ``timeout``: asyncio.timeout's cost per call without a
-        # timer handle per call (one loop timer serves every pending operation).
-        self._budget = Budget(self.timeout)
         #: How the prebuilt statements (get, claim, the fenced writes) travel.
         self.executor: Executor = executor_for(engine, driver)
         # Statements built per call (forget) go through SQLAlchemy on every dialect.
@@ -113,8 +110,8 @@ class RecordStore:
         """``op()`` within ``timeout``, outages mapped to ``BackendUnavailable``."""
         try:
             if self._create:
-                return await self._budget.run(self._after_table(op))
-            return await self._budget.run(op())
+                return await within(self.timeout, self._after_table(op))
+            return await within(self.timeout, op())
         except UNAVAILABLE as exc:
             raise BackendUnavailable(f"database unavailable: {exc}", backend="database") from exc
         except sa_exc.DBAPIError as exc:
