@@ -55,12 +55,19 @@ def decide_script(policies: Sequence[Policy]) -> Script:
 
 
 def lease_script(policies: PolicySet) -> Script:
-    """``ratelimit/lease.lua`` with the fragments of the algorithms ``policies`` use."""
+    """``ratelimit/lease.lua`` with the fragments of the algorithms ``policies`` use.
+
+    After each algorithm's fragment and the leasing library, the lease fragment its
+    entry in ``ALGORITHMS`` declares (ValueError for an algorithm that is not leased).
+    """
     used = policies.algorithms
     kinds = tuple(a.kind for a in used)
     script = _LEASE.get(kinds)
     if script is None:
-        include = ("clock", "ratelimit/common", *(a.fragment for a in used), "ratelimit/leasing")
+        leases = [a.leased().fragment for a in used]
+        include = (
+            "clock", "ratelimit/common", *(a.fragment for a in used), "ratelimit/leasing", *leases
+        )  # fmt: skip
         script = _LEASE[kinds] = Script("ratelimit/lease", include=include)
     return script
 
