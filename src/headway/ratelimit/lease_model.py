@@ -89,16 +89,19 @@ class NotLeased:
 Lease = WindowLease | BucketLease | NotLeased
 
 
+# Fixed window: state (window index, count); the mark is the window index.
 def _window_give_back(state: Any, mark: int, units: int, a: int) -> Any:
     return (state[0], max(0, state[1] - units)) if state[0] == mark else None
 
 
+# Sliding counter: state (window index, count, previous count); the mark, the window's index.
 def _counter_give_back(state: Any, mark: int, units: int, a: int) -> Any:
     if state[0] == mark + 1:  # a sliding counter's previous window still weighs: lighten it
         return (state[0], state[1], max(0, state[2] - units))
     return (state[0], max(0, state[1] - units), state[2]) if state[0] == mark else None
 
 
+# Token bucket: the state is its end, the TAT (the mark too).
 def _tat_end(state: Any, now: int) -> int:
     return now if state is None else max(state, now)
 
@@ -107,6 +110,7 @@ def _tat_give_back(state: Any, mark: int, units: int, a: int) -> Any:
     return state - units * a if state == mark else None
 
 
+# Leaky bucket: state (level, stamp); its end, the mark, is stamp + level.
 def _level_end(state: Any, now: int) -> int:
     level, stamp = state if state is not None else (0, now)
     return now + max(0, level - max(0, now - stamp))

@@ -146,7 +146,7 @@ class Ledger:
             used = index  # a peek reports what remains before it, as decide
         else:
             held.used = used
-        if self.single is not None:  # the common case, one frame: see ``admitted``
+        if self.single is not None:  # the common case: one policy, no reply to build
             reset = held.reset_at - now
             return admitted(self.single, held.top - used, reset / 1e6 if reset > 0 else 0.0)
         left = held.units - used
