@@ -20,7 +20,7 @@ GUIDES = ["README.md", "benchmarks/README.md"] + [
 ]
 HISTORIES = ["docs/decisions.md", "CHANGELOG.md"]
 #: Files a walkthrough asks the reader to create (docs/extending.md's new algorithm).
-EXAMPLES = {"src/headway/lua/ratelimit/gcra2.lua"}
+EXAMPLES = {"src/headway/lua/ratelimit/gcra2.lua", "lua/ratelimit/leasing/gcra2.lua"}
 
 FILE = re.compile(r"`([A-Za-z0-9_./-]+\.(?:py|lua|sql|md|toml|cfg))`")
 NAME = re.compile(r"`(headway(?:\.[A-Za-z_][A-Za-z0-9_]*)+)`")

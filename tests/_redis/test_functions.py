@@ -32,7 +32,7 @@ from headway.lock.backends.redlock import backend as redlock
 from headway.ratelimit.algorithms import ALGORITHMS, Algorithm, PolicySet
 from headway.ratelimit.backends import redis_scripts
 from headway.ratelimit.backends.redis_scripts import decide_script, lease_script
-from headway.ratelimit.lease_model import LEASED_KINDS
+from headway.ratelimit.lease_model import NotLeased
 from headway.ratelimit.policies import Policy
 from headway.ratelimit.slots import slot_key
 from tests.servers import RedisServers, Server
@@ -150,7 +150,7 @@ def _every_script() -> list[Script]:
         if isinstance(getattr(module, name), Script)
     ]
     policies = [_policy(a) for a in ALGORITHMS]
-    leased = [_policy(a) for a in ALGORITHMS if a.kind in LEASED_KINDS]
+    leased = [_policy(a) for a in ALGORITHMS if not isinstance(a.lease, NotLeased)]
     scripts += [decide_script([p]) for p in policies] + [decide_script(policies)]
     scripts += [lease_script(PolicySet([p])) for p in leased] + [lease_script(PolicySet(leased))]
     return scripts

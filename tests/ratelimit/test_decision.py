@@ -1,4 +1,4 @@
-"""Decisions from the backend's reply: the fast builders agree with the plain constructors."""
+"""Decisions from a reply, and the leased `admitted`, agree with the plain constructors."""
 
 from __future__ import annotations
 

@@ -271,3 +271,26 @@ async def test_a_flushed_library_inside_a_pipeline_is_loaded_again(
     decisions = await asyncio.gather(*(limiter.hit("k") for _ in range(300)))
     assert {d.source for d in decisions} == {Source.BACKEND}
     assert sum(d.allowed for d in decisions) == 100
+
+
+@pytest.mark.parametrize("coalesce", [True, False], ids=["coalesce", "redis-py"])
+async def test_limiters_sharing_a_backend_each_decide_with_their_own_policies(
+    redis_client: aioredis.Redis, coalesce: bool
+) -> None:
+    # The backend keeps what it packs per policy set: limiters that take turns on it
+    # (the last one used is not theirs) each send their own policies.
+    backend = RedisRateLimitBackend(redis_client, coalesce=coalesce)
+    one = RateLimiter(FixedWindow(1, NO_ROLLOVER), TokenBucket(5, 5, 1.0), backend=backend)
+    three = RateLimiter(FixedWindow(3, NO_ROLLOVER), backend=backend)
+    also_three = RateLimiter(FixedWindow(3, NO_ROLLOVER), backend=backend)  # an equal set
+    seen = []
+    for _ in range(2):
+        for limiter in (one, three, also_three):
+            decision = await limiter.hit("shared")
+            seen.append((decision.allowed, decision.limit, decision.remaining))
+    # Equal policies share a quota (their state is named by their parameters).
+    assert seen == [
+        (True, 1, 0), (True, 3, 2), (True, 3, 1),
+        (False, 1, 0), (True, 3, 0), (False, 3, 0),
+    ]  # fmt: skip
+    await backend.aclose()

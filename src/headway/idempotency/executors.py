@@ -108,14 +108,14 @@ class AsyncpgExecutor(Executor):
         super().__init__(engine)
         #: The connections kept checked out between statements (``kept.py``).
         self.kept = Kept(keep)
-        # Keyed by the statement object (kept alive by the entry): the store's statements
-        # are module constants, so this holds a handful of entries.
-        self._compiled: dict[int, tuple[Executable, str, tuple[_Argument, ...]]] = {}
+        # Keyed by the statement itself (SQLAlchemy statements hash and compare by
+        # identity): the store's statements are module constants, a handful of entries.
+        self._compiled: dict[Executable, tuple[str, tuple[_Argument, ...]]] = {}
         #: Statements sent on driver connections (tests read it; a plain int add).
         self.sent = 0
 
     def _prepare(self, statement: Executable) -> tuple[str, tuple[_Argument, ...]]:
-        entry = self._compiled.get(id(statement))
+        entry = self._compiled.get(statement)
         if entry is None:
             dialect = self.engine.dialect
             compiled = cast(SQLCompiler, cast(ClauseElement, statement).compile(dialect=dialect))
@@ -125,8 +125,8 @@ class AsyncpgExecutor(Executor):
                 process = bind.type.dialect_impl(dialect).bind_processor(dialect)
                 own = bind.effective_value
                 arguments.append((name, own if process is None else process(own), process))
-            entry = self._compiled[id(statement)] = (statement, compiled.string, tuple(arguments))
-        return entry[1], entry[2]
+            entry = self._compiled[statement] = (compiled.string, tuple(arguments))
+        return entry
 
     @staticmethod
     def _arguments(arguments: tuple[_Argument, ...], params: Params) -> list[Any]:

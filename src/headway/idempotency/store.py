@@ -21,7 +21,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import QueuePool
 
-from headway._budget import Budget
+from headway._clock import within
 from headway._database import create_engine, parse, shown, table_missing
 from headway._errors import BackendUnavailable, DatabaseNotMigrated
 from headway.idempotency import writes
@@ -85,9 +85,6 @@ class RecordStore:
         self.engine = engine
         self.ttl = float(ttl)
         self.timeout = float(timeout)
-        # Bounds every operation to ``timeout``: asyncio.timeout's cost per call without a
-        # timer handle per call (one loop timer serves every pending operation).
-        self._budget = Budget(self.timeout)
         #: How the prebuilt statements (get, claim, the fenced writes) travel.
         self.executor: Executor = executor_for(engine, driver)
         # Statements built per call (forget) go through SQLAlchemy on every dialect.
@@ -169,8 +166,8 @@ class RecordStore:
         missing table to ``DatabaseNotMigrated``."""
         try:
             if self._create:
-                return await self._budget.run(self._after_table(op))
-            return await self._budget.run(op())
+                return await within(self.timeout, self._after_table(op))
+            return await within(self.timeout, op())
         except Exception as exc:
             unavailable = self._unavailable(exc)
             if unavailable is None:

@@ -2,17 +2,19 @@
 
 An algorithm is a policy class (``policies``), its reference model (``model``)
 and its Lua fragment (``lua/ratelimit/<name>.lua``), registered together in
-``ALGORITHMS`` under the kind id the scripts receive. Everything else (the
-scripts a call is composed of, the limiter's checks, the differential tests)
+``ALGORITHMS`` under the kind id the scripts receive, with how its quota is leased
+(``lease_model``: a window, a bucket, or not leased and why). Everything else (the
+scripts a call is composed of, the limiter's checks, leasing, the differential tests)
 reads this table. See ``docs/extending.md``, "Add a rate-limit algorithm".
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from headway.ratelimit import model
+from headway.ratelimit import lease_model, model
+from headway.ratelimit.lease_model import BucketLease, Lease, NotLeased, WindowLease
 from headway.ratelimit.model import ModelCheck
 from headway.ratelimit.policies import (
     FixedWindow,
@@ -37,15 +39,56 @@ class Algorithm:
     #: Its state is a string the decide script reads and writes (in one key with the other
     #: policies' strings), as its fragment's ``string_state`` says; else it keeps a key of its own.
     string_state: bool = True
+    #: Whether and how a lease takes its quota: required, so that a new algorithm is
+    #: never silently left out of leasing (``lease_model``).
+    lease: Lease = field(kw_only=True)
+
+    def __post_init__(self) -> None:
+        name = f"{self.policy.__name__} (kind {self.kind})"
+        if not isinstance(self.lease, WindowLease | BucketLease | NotLeased):
+            raise TypeError(
+                f"{name} must say whether and how its quota is leased: lease=WindowLease(...), "
+                "BucketLease(...) or NotLeased(reason) (docs/extending.md)"
+            )
+        if not self.string_state and not isinstance(self.lease, NotLeased):
+            # ``lease.lua`` reads and writes every policy's state in one string key.
+            raise ValueError(f"{name} keeps a key of its own: it cannot be leased")
+
+    def leased(self) -> WindowLease | BucketLease:
+        """How a lease takes this algorithm's quota (ValueError if it cannot)."""
+        if isinstance(self.lease, NotLeased):
+            # A ValueError, as for any policy a limiter refuses (not a wrong type).
+            raise ValueError(  # noqa: TRY004
+                f"{self.policy.__name__} cannot be leased: {self.lease.reason}"
+            )
+        return self.lease
 
 
 ALGORITHMS: tuple[Algorithm, ...] = (
-    Algorithm(1, TokenBucket, model.token_bucket, "ratelimit/token_bucket"),
-    Algorithm(2, LeakyBucket, model.leaky_bucket, "ratelimit/leaky_bucket"),
-    Algorithm(3, FixedWindow, model.fixed_window, "ratelimit/fixed_window"),
-    Algorithm(4, SlidingLog, model.sliding_log, "ratelimit/sliding_log", string_state=False),
-    Algorithm(5, SlidingCounter, model.sliding_counter, "ratelimit/sliding_counter"),
-)
+    Algorithm(
+        1, TokenBucket, model.token_bucket, "ratelimit/token_bucket",
+        lease=lease_model.token_bucket,
+    ),
+    Algorithm(
+        2, LeakyBucket, model.leaky_bucket, "ratelimit/leaky_bucket",
+        lease=lease_model.leaky_bucket,
+    ),
+    Algorithm(
+        3, FixedWindow, model.fixed_window, "ratelimit/fixed_window",
+        lease=lease_model.fixed_window,
+    ),
+    Algorithm(
+        4, SlidingLog, model.sliding_log, "ratelimit/sliding_log", string_state=False,
+        lease=NotLeased(
+            "a sliding log records each unit when it is charged, so a unit spent later "
+            "would leave its window early (see docs/ratelimit.md, 'Leased quota')"
+        ),
+    ),
+    Algorithm(
+        5, SlidingCounter, model.sliding_counter, "ratelimit/sliding_counter",
+        lease=lease_model.sliding_counter,
+    ),
+)  # fmt: skip
 
 #: The policy classes a limiter accepts.
 POLICY_CLASSES: tuple[type[Policy], ...] = tuple(a.policy for a in ALGORITHMS)
@@ -62,18 +105,19 @@ class PolicySet(tuple[Policy, ...]):
 
     ``specs`` holds each policy's ``(kind, a, b)``, ``flat`` the same run
     together (the scripts' arguments), ``checks`` each one's ``(model, a, b)``
-    (the reference model's). ``suffixes`` names each policy's state (the
-    in-memory backend's entries), ``stored`` the Redis keys that hold them.
-    One policy's state is named by its parameters. Several policies keep theirs
-    under the name of the whole set: every string state in one key (a decision
-    reads and writes it once, as the server charges about a round trip's worth
-    per command), and a key each for the others (a sliding log's zset); a limiter
-    with other policies shares none.
+    (the reference model's), ``leases`` each one's lease declaration. ``suffixes``
+    names each policy's state (the in-memory backend's entries), ``stored`` the
+    Redis keys that hold them. One policy's state is named by its parameters.
+    Several policies keep theirs under the name of the whole set: every string
+    state in one key (a decision reads and writes it once, as the server charges
+    about a round trip's worth per command), and a key each for the others (a
+    sliding log's zset); a limiter with other policies shares none.
     """
 
     specs: tuple[tuple[int, int, int], ...]
     flat: tuple[int, ...]
     checks: tuple[tuple[ModelCheck, int, int], ...]
+    leases: tuple[Lease, ...]
     suffixes: tuple[str, ...]
     stored: tuple[str, ...]
     algorithms: tuple[Algorithm, ...]  # the algorithms used, by kind, once each
@@ -84,6 +128,7 @@ class PolicySet(tuple[Policy, ...]):
         self.specs = tuple((a.kind, *p.params()) for a, p in zip(used, self, strict=True))
         self.flat = tuple(n for spec in self.specs for n in spec)
         self.checks = tuple((a.model, *p.params()) for a, p in zip(used, self, strict=True))
+        self.leases = tuple(a.lease for a in used)
         parts = [p.key_part for p in self]
         if len(parts) == 1:
             self.suffixes = self.stored = (parts[0],)

@@ -20,9 +20,8 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from headway.ratelimit.algorithms import PolicySet, algorithm_of
+from headway.ratelimit.algorithms import PolicySet
 from headway.ratelimit.decision import Decision, admitted, decision_from_reply
-from headway.ratelimit.lease_model import LEASED_KINDS
 from headway.ratelimit.policies import MAX_UNITS
 
 __all__ = ["Held", "Leasing", "Ledger", "check_leasable"]
@@ -77,14 +76,9 @@ class Leasing:
 
 
 def check_leasable(policies: PolicySet) -> None:
-    """Raise ValueError for a policy whose quota cannot be leased exactly."""
-    for policy in policies:
-        if algorithm_of(policy).kind not in LEASED_KINDS:
-            raise ValueError(
-                f"{type(policy).__name__} cannot be leased: a sliding log records each unit "
-                "when it is charged, so a unit spent later would leave its window early "
-                "(see docs/ratelimit.md, 'Leased quota')"
-            )
+    """Raise ValueError for a policy whose algorithm declares it cannot be leased exactly."""
+    for algorithm in policies.algorithms:
+        algorithm.leased()
 
 
 class Held:
@@ -152,7 +146,7 @@ class Ledger:
             used = index  # a peek reports what remains before it, as decide
         else:
             held.used = used
-        if self.single is not None:  # the common case, one frame: see ``admitted``
+        if self.single is not None:  # the common case: one policy, no reply to build
             reset = held.reset_at - now
             return admitted(self.single, held.top - used, reset / 1e6 if reset > 0 else 0.0)
         left = held.units - used

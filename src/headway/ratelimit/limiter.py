@@ -13,8 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from headway._budget import Budget
-from headway._clock import Clock, MonotonicClock
+from headway._clock import Clock, MonotonicClock, within
 from headway._errors import BackendUnavailable
 from headway.ratelimit.arguments import check_cost, check_policies, check_seconds
 from headway.ratelimit.backends.contract import (
@@ -113,7 +112,6 @@ class RateLimiter(_Shell):
     ) -> None:
         super().__init__(policies, budget, retry_on_error, cache_blocked, clock)
         self.backend: RateLimitBackend = backend or MemoryRateLimitBackend()
-        self._budget = Budget(self.budget)
         self.lease = lease
         self._ledger: Ledger | None = None
         if lease is not None:
@@ -146,10 +144,9 @@ class RateLimiter(_Shell):
             if submit is not None:
                 started = submit(key, self.policies, cost, peek, self.budget)
             if started is None:
-                if self._budget.seconds != self.budget:  # changed since: follow it
-                    self._budget = Budget(self.budget)
-                call = self.backend.decide(key, self.policies, cost, peek)
-                decision = await self._budget.run(call)
+                decision = await within(
+                    self.budget, self.backend.decide(key, self.policies, cost, peek)
+                )
             elif type(started) is Decision:  # answered at once: no budget can run out
                 decision = started
             else:
@@ -184,8 +181,8 @@ class RateLimiter(_Shell):
         sent = self._now_us()
         backend: LeasingBackend = self.backend  # type: ignore[assignment]
         try:
-            reply = await self._budget.run(
-                backend.lease(key, self.policies, cost, ledger.leasing, back)
+            reply = await within(
+                self.budget, backend.lease(key, self.policies, cost, ledger.leasing, back)
             )
         except (TimeoutError, BackendUnavailable):
             return self._failed()
@@ -204,7 +201,7 @@ class RateLimiter(_Shell):
 
     async def _unleased(self, key: str, cost: int, peek: bool) -> Decision:
         try:
-            return await self._budget.run(self.backend.decide(key, self.policies, cost, peek))
+            return await within(self.budget, self.backend.decide(key, self.policies, cost, peek))
         except (TimeoutError, BackendUnavailable):
             return self._failed()
 
@@ -231,7 +228,9 @@ class RateLimiter(_Shell):
             return
         # On failure the units come back anyway, when their window ends or the bucket refills.
         with contextlib.suppress(TimeoutError, BackendUnavailable):
-            await self._budget.run(backend.lease(key, self.policies, 0, self.lease, back_of(held)))
+            await within(
+                self.budget, backend.lease(key, self.policies, 0, self.lease, back_of(held))
+            )
 
     async def return_leases(self) -> None:
         """Give every lease's unspent units back now (before a process goes idle or exits)."""

@@ -1,9 +1,10 @@
 -- Lease a key's quota: charge up to `want` units to every policy at once,
 -- all-or-nothing, after giving back a previous lease's unspent units.
 -- INCLUDES  clock.lua (server_now_us), ratelimit/common.lua, the fragments of the
---           call's algorithms, then ratelimit/leasing.lua.
+--           call's algorithms, then ratelimit/leasing.lua and the lease fragment each
+--           of those algorithms declares (ratelimit/leasing/<name>.lua).
 -- NEEDS     from common: call_clock, idiv, ttl_ms, `algorithms`; from
---           leasing: `leasing`.
+--           leasing: `leasing`, filled by the lease fragments.
 -- KEYS[1]   the string states of all the policies, joined by '|' in policy order
 --           (the key and format of ratelimit/decide.lua; no sliding logs here)
 -- ARGV[1]   now: "" reads the server's TIME; an integer (us) only from the tests,

@@ -66,18 +66,18 @@ class _Store:
             now = self._now() if now_us is None else now_us
             keys = state_names(key, policies)
             states = [self._get(k, now) for k in keys]
-            kinds = [spec[0] for spec in policies.specs]
+            leases = policies.leases
             units, marks = back
             if units:
-                for i, (k, (kind, a, _)) in enumerate(zip(keys, policies.specs, strict=True)):
-                    returned = give_back(kind, states[i], marks[i], units, a)
+                for i, (k, (_, a, _)) in enumerate(zip(keys, policies.specs, strict=True)):
+                    returned = give_back(leases[i], states[i], marks[i], units, a)
                     if returned is not None:  # the state keeps its expiry
                         states[i] = returned
                         self.entries[k] = (returned, self.entries[k][1])
             if cost == 0:
                 return [0]
             terms = (leasing.chunk, leasing.permille, leasing.hold_us)
-            reply, writes = lease(states, policies.checks, kinds, now, cost, *terms)
+            reply, writes = lease(states, policies.checks, leases, now, cost, *terms)
             for k, (state, ttl_us) in zip(keys, writes or (), strict=False):
                 self.entries[k] = (state, now + max(1, -(-ttl_us // 1000)) * 1000)
             return reply

@@ -92,12 +92,19 @@ def decide_script(policies: Sequence[Policy]) -> Script:
 
 
 def lease_script(policies: PolicySet) -> Script:
-    """``ratelimit/lease.lua`` with the fragments of the algorithms ``policies`` use."""
+    """``ratelimit/lease.lua`` with the fragments of the algorithms ``policies`` use.
+
+    After each algorithm's fragment and the leasing library, the lease fragment its
+    entry in ``ALGORITHMS`` declares (ValueError for an algorithm that is not leased).
+    """
     used = policies.algorithms
     kinds = tuple(a.kind for a in used)
     script = _LEASE.get(kinds)
     if script is None:
-        include = ("clock", "ratelimit/common", *(a.fragment for a in used), "ratelimit/leasing")
+        leases = [a.leased().fragment for a in used]
+        include = (
+            "clock", "ratelimit/common", *(a.fragment for a in used), "ratelimit/leasing", *leases
+        )  # fmt: skip
         script = _LEASE[kinds] = Script("ratelimit/lease", include=include)
     return script
 
@@ -116,7 +123,7 @@ class Packing:
     __slots__ = ("args", "keys", "lease_args", "lease_script", "policies", "script")
 
     def __init__(self, policies: PolicySet) -> None:
-        self.policies = policies  # held, so that its id() is not reused while this lives
+        self.policies = policies
         self.script = decide_script(policies)
         self.args: dict[tuple[int, bool], Packed] = {}
         self.keys: dict[str, Packed] = {}

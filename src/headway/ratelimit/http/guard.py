@@ -96,10 +96,6 @@ class Ruling(NamedTuple):
     slots: contextlib.AsyncExitStack | None
 
 
-#: ``_ruling(Ruling, (headers, refusal, slots))`` builds a ``Ruling`` without the named
-#: tuple's Python-level ``__new__``: one frame less on every limited request.
-_ruling = tuple.__new__
-
 #: The ruling on a request no rule applies to (shared: it holds nothing).
 NO_RULE_APPLIED = Ruling((), None, None)
 
@@ -247,7 +243,7 @@ class Guard:
                          path, identity)  # fmt: skip
         if not checked:
             return NO_RULE_APPLIED
-        return _ruling(Ruling, (response_fields(checked, self.legacy), None, slots))
+        return Ruling(response_fields(checked, self.legacy), None, slots)
 
     async def _unresolved(
         self, rule: BoundRule, identity: str, route: str | None, method: str, failed: Decision

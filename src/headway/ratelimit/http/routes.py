@@ -135,9 +135,10 @@ class RouteCache:
     already; else None, with a warning the first time.
 
     Behind a small LRU cache of recently seen requests: its key holds
-    everything routing reads (method, path, root path, host) and the route
-    list's identity and length, so a route added later is seen; the
-    cache is bounded, so paths full of ids cannot grow it.
+    everything routing reads (method, path, root path, host), and it is
+    emptied when the route list changes (another list, or routes added), so a
+    route added later is seen; the cache is bounded, so paths full of ids
+    cannot grow it.
     """
 
     def __init__(self, app: Any, size: int = 4096) -> None:
@@ -146,6 +147,10 @@ class RouteCache:
         self.cache: collections.OrderedDict[tuple[Any, ...], str | _Unreadable | None] = (
             collections.OrderedDict()
         )
+        # The route list the cache was filled from (held: another list is never taken
+        # for it), and its length then.
+        self.routes: Sequence[Any] | None = None
+        self.count = 0
         self.warned = False
 
     def __call__(self, scope: Scope) -> str | None:
@@ -157,9 +162,11 @@ class RouteCache:
             if name.lower() == b"host":
                 host = value
                 break
+        if routes is not self.routes or len(routes) != self.count:
+            self.cache.clear()
+            self.routes, self.count = routes, len(routes)
         key = (
-            id(routes), len(routes), scope["type"], scope.get("method"),
-            scope.get("root_path", ""), scope["path"], host,
+            scope["type"], scope.get("method"), scope.get("root_path", ""), scope["path"], host
         )  # fmt: skip
         try:
             self.cache.move_to_end(key)
