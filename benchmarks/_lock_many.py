@@ -21,9 +21,9 @@ import headway
 Cycle = Callable[[], Awaitable[None]]
 
 
-def _headway(coalesce: bool) -> Callable[[Any, list[str]], list[Cycle]]:
+def _headway(own_connection: bool) -> Callable[[Any, list[str]], list[Cycle]]:
     def make(client: Any, keys: list[str]) -> list[Cycle]:
-        backend = headway.RedisLockBackend(client, coalesce=coalesce)
+        backend = headway.RedisLockBackend(client, own_connection=own_connection)
 
         def cycle_for(key: str) -> Cycle:
             lock = headway.Lock(backend, key, ttl=TTL)
@@ -63,7 +63,7 @@ def _floor(client: Any, keys: list[str]) -> list[Cycle]:
 MANY = {
     "floor async": _floor,
     "headway async": _headway(True),
-    "headway async, coalesce=False": _headway(False),
+    "headway async, own_connection=False": _headway(False),
     "redis-py asyncio Lock": _redis_py,
 }
 

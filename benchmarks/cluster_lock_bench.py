@@ -12,7 +12,7 @@ gives grants/s (median over rounds), the lowest worker share (fairness; 1/8 is
 
 Subjects (rounds interleave them, order alternating):
 
-- ``single, redis-py``: one node, every script through redis-py (``coalesce=False``),
+- ``single, redis-py``: one node, every script through redis-py (``own_connection=False``),
   waiters woken on the classic channel. What a Cluster client does today, so the
   Cluster rows differ from it by the Cluster alone.
 - ``single, headway's connection``: one node as shipped (pipelined, riders).
@@ -129,10 +129,10 @@ async def contend(subject: Subject, workers: int, seconds: float, apart: bool) -
 
 
 def subjects(single: int, cluster: list[int]) -> list[Subject]:
-    def on_single(coalesce: bool) -> Callable[[], tuple[Any, headway.RedisLockBackend]]:
+    def on_single(own_connection: bool) -> Callable[[], tuple[Any, headway.RedisLockBackend]]:
         def make() -> tuple[Any, headway.RedisLockBackend]:
             client = aioredis.Redis(port=single)
-            return client, headway.RedisLockBackend(client, coalesce=coalesce)
+            return client, headway.RedisLockBackend(client, own_connection=own_connection)
 
         return make
 

@@ -237,9 +237,9 @@ CONTENDERS: dict[str, Factory] = {
     "headway SlidingCounter": _headway(sliding_counter),
     "headway 3 policies": _headway(token_bucket, per_minute, per_hour),
     "headway 3 policies, cache_blocked": _headway(token_bucket, per_minute, per_hour, cache=True),
-    "headway TokenBucket, coalesce=False": _headway(token_bucket, coalesce=False),
-    "headway 3 policies, coalesce=False": _headway(
-        token_bucket, per_minute, per_hour, coalesce=False
+    "headway TokenBucket, own_connection=False": _headway(token_bucket, own_connection=False),
+    "headway 3 policies, own_connection=False": _headway(
+        token_bucket, per_minute, per_hour, own_connection=False
     ),
     "limits fixed window": _limits("FixedWindowRateLimiter"),
     "limits moving window": _limits("MovingWindowRateLimiter"),

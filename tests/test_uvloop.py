@@ -32,7 +32,7 @@ async def test_the_loop_is_uvloop() -> None:
 
 async def test_concurrent_hits_are_counted_exactly(redis_client: aioredis.Redis) -> None:
     backend = RedisRateLimitBackend(redis_client)
-    assert backend.coalesce  # headway's own connection, not redis-py's
+    assert backend.own_connection  # headway's own connection, not redis-py's
     limiter = RateLimiter(FixedWindow(300, NO_ROLLOVER), backend=backend)
     decisions = await asyncio.gather(*(limiter.hit("k") for _ in range(1000)))
     assert sum(d.allowed for d in decisions) == 300

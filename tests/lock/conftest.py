@@ -181,10 +181,12 @@ LOCK_BACKENDS: dict[str, Entry] = {
 
 
 @contextlib.contextmanager
-def _sync_redis(request: pytest.FixtureRequest, *, direct: bool) -> Iterator[SyncLockBackend]:
+def _sync_redis(
+    request: pytest.FixtureRequest, *, own_connection: bool
+) -> Iterator[SyncLockBackend]:
     client = redis.Redis.from_url(request.getfixturevalue("redis_url"))
     client.flushdb()
-    backend = SyncRedisLockBackend(client, direct=direct)
+    backend = SyncRedisLockBackend(client, own_connection=own_connection)
     try:
         yield backend
     finally:
@@ -195,9 +197,9 @@ def _sync_redis(request: pytest.FixtureRequest, *, direct: bool) -> Iterator[Syn
 #: name -> entry, for ``SyncLock``. A new sync backend is one entry here.
 SYNC_LOCK_BACKENDS: dict[str, Entry] = {
     # headway's own sockets, with riding (a thread asking for a lock another holds)
-    "redis": Entry(lambda request: _sync_redis(request, direct=True)),
+    "redis": Entry(lambda request: _sync_redis(request, own_connection=True)),
     # every call through redis-py (as for Cluster clients): no riding
-    "redis-py": Entry(lambda request: _sync_redis(request, direct=False)),
+    "redis-py": Entry(lambda request: _sync_redis(request, own_connection=False)),
 }
 
 

@@ -28,7 +28,7 @@ async def test_only_the_builtin_backends_offer_a_fast_path(redis_client: aioredi
     assert fast_path_of(MemoryRateLimitBackend()) is not None
     assert fast_path_of(RedisRateLimitBackend(redis_client)) is not None
     # Through redis-py, or on a clock of the caller's: every call is ``decide``.
-    assert fast_path_of(RedisRateLimitBackend(redis_client, coalesce=False)) is None
+    assert fast_path_of(RedisRateLimitBackend(redis_client, own_connection=False)) is None
     assert fast_path_of(RedisRateLimitBackend(redis_client, clock=FakeClock())) is None
     assert fast_path_of(DictBackend()) is None
 

@@ -256,7 +256,7 @@ async def test_concurrent_decisions_share_round_trips(own_client: aioredis.Redis
     assert wire.requests - requests == 500
     assert wire.writes - writes <= 10  # 500 calls made in one loop turn: a few writes
 
-    plain = RedisRateLimitBackend(own_client, coalesce=False)
+    plain = RedisRateLimitBackend(own_client, own_connection=False)
     assert (await RateLimiter(FixedWindow(100, NO_ROLLOVER), backend=plain).hit("other")).allowed
     assert not plain._wires._wires
 
@@ -275,11 +275,11 @@ async def test_a_flushed_library_inside_a_pipeline_is_loaded_again(
 
 @pytest.mark.parametrize("coalesce", [True, False], ids=["coalesce", "redis-py"])
 async def test_limiters_sharing_a_backend_each_decide_with_their_own_policies(
-    redis_client: aioredis.Redis, coalesce: bool
+    redis_client: aioredis.Redis, own_connection: bool
 ) -> None:
     # The backend keeps what it packs per policy set: limiters that take turns on it
     # (the last one used is not theirs) each send their own policies.
-    backend = RedisRateLimitBackend(redis_client, coalesce=coalesce)
+    backend = RedisRateLimitBackend(redis_client, own_connection=own_connection)
     one = RateLimiter(FixedWindow(1, NO_ROLLOVER), TokenBucket(5, 5, 1.0), backend=backend)
     three = RateLimiter(FixedWindow(3, NO_ROLLOVER), backend=backend)
     also_three = RateLimiter(FixedWindow(3, NO_ROLLOVER), backend=backend)  # an equal set

@@ -239,7 +239,7 @@ async def test_a_release_cancelled_before_it_was_sent_still_releases(redis_url: 
     client = aioredis.Redis.from_pool(pool)
     try:
         limiter = ConcurrencyLimiter(
-            Concurrency(1), backend=RedisRateLimitBackend(client, coalesce=False), budget=5
+            Concurrency(1), backend=RedisRateLimitBackend(client, own_connection=False), budget=5
         )
         admission = await limiter.acquire("k")
         busy = asyncio.ensure_future(client.blpop(["headway-test-nothing"], timeout=0.5))

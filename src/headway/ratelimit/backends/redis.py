@@ -48,7 +48,7 @@ from headway.ratelimit.slots import Grant, slot_key
 __all__ = ["RedisRateLimitBackend", "SyncRedisRateLimitBackend"]
 
 #: Whether calls go over headway's pipelined connection (``_redis.wire``) unless told otherwise.
-COALESCE = True
+OWN_CONNECTION = True
 #: What a call on headway's connection fails with: redis-py's errors (its deadline too).
 _FAILURES: tuple[type[BaseException], ...] = (BackendUnavailable, *UNAVAILABLE)
 
@@ -69,10 +69,10 @@ class RedisRateLimitBackend:
 
     The latency budget is the limiter's (``RateLimiter(budget=...)``); connection
     and socket timeouts on the client bound what the budget cannot interrupt.
-    With ``coalesce`` (the default), the scripts go over one pipelined connection
+    With ``own_connection`` (the default), the scripts go over one pipelined connection
     per event loop (on a Cluster, per node: ``_redis.cluster_wire``) that headway
     drives itself (see ``_redis.wire``): a lone decision is written at once,
-    decisions made concurrently share writes. ``coalesce=False`` sends every call
+    decisions made concurrently share writes. ``own_connection=False`` sends every call
     through redis-py. ``clock`` (seconds) replaces the server's ``TIME`` in every
     decision and lease: for tests that move time by hand (a ``FakeClock``), never for
     processes that do not share it.
@@ -81,12 +81,12 @@ class RedisRateLimitBackend:
     name = "redis"
 
     def __init__(
-        self, client: Any, *, coalesce: bool = COALESCE, clock: Clock | None = None
+        self, client: Any, *, own_connection: bool = OWN_CONNECTION, clock: Clock | None = None
     ) -> None:
         self.client = client
         self.clock = clock
-        self._wires = Wires(client, coalesce)
-        self.coalesce = self._wires.enabled
+        self._wires = Wires(client, own_connection)
+        self.own_connection = self._wires.enabled
         # By policy set (equal sets pack alike, so limiters made per call share one).
         self._packings: dict[PolicySet, Packing] = {}
         # The last one used: one limiter per backend finds it without hashing its policies.
@@ -105,12 +105,17 @@ class RedisRateLimitBackend:
 
     @classmethod
     def from_url(
-        cls, url: str, *, timeout: float = 1.0, coalesce: bool = COALESCE, **options: Any
+        cls,
+        url: str,
+        *,
+        timeout: float = 1.0,
+        own_connection: bool = OWN_CONNECTION,
+        **options: Any,
     ) -> RedisRateLimitBackend:
         """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
         options.setdefault("socket_connect_timeout", timeout)
         options.setdefault("socket_timeout", timeout)
-        return cls(aioredis.Redis.from_url(url, **options), coalesce=coalesce)
+        return cls(aioredis.Redis.from_url(url, **options), own_connection=own_connection)
 
     async def decide(self, key: str, policies: Sequence[Policy], cost: int, peek: bool) -> Decision:
         """Decide (see ``RateLimitBackend.decide``): one script call."""
@@ -134,7 +139,7 @@ class RedisRateLimitBackend:
     def _fast_path(self) -> FastPath | None:
         """The limiter's fast path (``fast_path.FastPath``), when calls go over headway's
         connection and the server's clock decides."""
-        if not self.coalesce or self.clock is not None:
+        if not self.own_connection or self.clock is not None:
             return None
         return FastPath(self._submit, decision_from_reply, _FAILURES)
 
@@ -234,26 +239,28 @@ class SyncRedisRateLimitBackend:
     """The synchronous Redis backend (``redis.Redis`` or ``redis.cluster.RedisCluster``).
 
     The latency budget is the client's socket timeout: set it with ``from_url``.
-    With ``direct`` (the default) the scripts go over sockets headway drives itself
-    (``_redis.sync_wire.SyncWire``; on a Cluster, per node); ``direct=False`` goes through
+    With ``own_connection`` (the default) the scripts go over sockets headway drives itself
+    (``_redis.sync_wire.SyncWire``; on a Cluster, per node); ``own_connection=False`` goes through
     redis-py. ``clock``: as ``RedisRateLimitBackend``'s.
     """
 
     name = "redis"
 
-    def __init__(self, client: Any, *, direct: bool = True, clock: Clock | None = None) -> None:
+    def __init__(
+        self, client: Any, *, own_connection: bool = True, clock: Clock | None = None
+    ) -> None:
         self.client = client
         self.clock = clock
-        self._wire = SyncWire(client, direct)
+        self._wire = SyncWire(client, own_connection)
 
     @classmethod
     def from_url(
-        cls, url: str, *, timeout: float = 1.0, direct: bool = True, **options: Any
+        cls, url: str, *, timeout: float = 1.0, own_connection: bool = True, **options: Any
     ) -> SyncRedisRateLimitBackend:
         """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
         options.setdefault("socket_connect_timeout", timeout)
         options.setdefault("socket_timeout", timeout)
-        return cls(redis.Redis.from_url(url, **options), direct=direct)
+        return cls(redis.Redis.from_url(url, **options), own_connection=own_connection)
 
     def close(self) -> None:
         """Close headway's connections (the client stays the caller's)."""

@@ -44,11 +44,11 @@ class RedisLockBackend(QueuedBackend):
     """Locks on one Redis server or a Redis Cluster (``redis.asyncio`` client).
 
     ``timeout`` bounds every round trip: a Redis that is down or stalled raises
-    ``BackendUnavailable`` within it. With ``coalesce`` (the default), the lock
+    ``BackendUnavailable`` within it. With ``own_connection`` (the default), the lock
     scripts go over one pipelined connection per event loop that headway drives
     itself (see ``headway._redis.wire``; on a Cluster client, one per primary, routed
     by slot: ``cluster_wire``): a lone call is written at once, calls made
-    concurrently share writes. ``coalesce=False`` sends every call through redis-py.
+    concurrently share writes. ``own_connection=False`` sends every call through redis-py.
 
     On that connection, a task that asks for a lock one of our own tasks holds
     sends nothing: it rides on the holder's release (see ``riders``). Under
@@ -65,13 +65,13 @@ class RedisLockBackend(QueuedBackend):
         client: Any,
         *,
         timeout: float = 2.0,
-        coalesce: bool = True,
+        own_connection: bool = True,
         clock: Clock | None = None,
     ) -> None:
         super().__init__(clock)
         self.client = client
         self.timeout = timeout
-        self._wires = Wires(client, coalesce)
+        self._wires = Wires(client, own_connection)
         self._sharded = isinstance(client, aioredis.RedisCluster)
         self._waker: Waker | ClusterWaker = (
             ClusterWaker(client, timeout) if self._sharded else Waker(client, timeout)
@@ -83,12 +83,14 @@ class RedisLockBackend(QueuedBackend):
 
     @classmethod
     def from_url(
-        cls, url: str, *, timeout: float = 2.0, coalesce: bool = True, **options: Any
+        cls, url: str, *, timeout: float = 2.0, own_connection: bool = True, **options: Any
     ) -> RedisLockBackend:
         """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
         options.setdefault("socket_connect_timeout", timeout)
         options.setdefault("socket_timeout", timeout)
-        return cls(aioredis.Redis.from_url(url, **options), timeout=timeout, coalesce=coalesce)
+        return cls(
+            aioredis.Redis.from_url(url, **options), timeout=timeout, own_connection=own_connection
+        )
 
     async def _call(
         self,

@@ -44,10 +44,10 @@ T = TypeVar("T")
 class SyncRedisLockBackend(SyncQueuedBackend):
     """The synchronous Redis backend (``redis.Redis`` or ``redis.cluster.RedisCluster``).
 
-    With ``direct`` (the default) the scripts go over sockets headway drives
+    With ``own_connection`` (the default) the scripts go over sockets headway drives
     itself (``headway._redis.sync_wire.SyncWire``; on a Cluster client, one per
     primary, routed by slot: ``sync_cluster_wire``), one per thread in a call;
-    ``direct=False`` sends every call through redis-py.
+    ``own_connection=False`` sends every call through redis-py.
     The client's socket timeout bounds every round trip.
 
     On those sockets a thread that asks for a lock one of our own threads holds
@@ -61,13 +61,13 @@ class SyncRedisLockBackend(SyncQueuedBackend):
         client: Any,
         *,
         timeout: float = 2.0,
-        direct: bool = True,
+        own_connection: bool = True,
         clock: Clock | None = None,
     ) -> None:
         super().__init__(clock)
         self.client = client
         self.timeout = timeout
-        self._wire = SyncWire(client, direct)
+        self._wire = SyncWire(client, own_connection)
         self._sharded = isinstance(client, redis_cluster.RedisCluster)
         # On a Cluster, sharded channels on a connection per primary (``cluster_waker``).
         self._waker: SyncWaker | SyncClusterWaker = (
@@ -82,12 +82,14 @@ class SyncRedisLockBackend(SyncQueuedBackend):
 
     @classmethod
     def from_url(
-        cls, url: str, *, timeout: float = 2.0, direct: bool = True, **options: Any
+        cls, url: str, *, timeout: float = 2.0, own_connection: bool = True, **options: Any
     ) -> SyncRedisLockBackend:
         """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
         options.setdefault("socket_connect_timeout", timeout)
         options.setdefault("socket_timeout", timeout)
-        return cls(redis.Redis.from_url(url, **options), timeout=timeout, direct=direct)
+        return cls(
+            redis.Redis.from_url(url, **options), timeout=timeout, own_connection=own_connection
+        )
 
     def _call(self, call: Callable[[], T]) -> T:
         try:
