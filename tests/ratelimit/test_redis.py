@@ -273,7 +273,7 @@ async def test_a_flushed_library_inside_a_pipeline_is_loaded_again(
     assert sum(d.allowed for d in decisions) == 100
 
 
-@pytest.mark.parametrize("coalesce", [True, False], ids=["coalesce", "redis-py"])
+@pytest.mark.parametrize("own_connection", [True, False], ids=["own-connection", "redis-py"])
 async def test_limiters_sharing_a_backend_each_decide_with_their_own_policies(
     redis_client: aioredis.Redis, own_connection: bool
 ) -> None:
