@@ -159,7 +159,7 @@ def _every_script() -> list[Script]:
 def test_every_script_loads_as_a_library(server: Server) -> None:
     client = redis.Redis(port=server.port)
     scripts = _every_script()
-    assert len(scripts) >= 15
+    assert len(scripts) >= 15  # a floor: the exact count follows the algorithm table
     for script in scripts:
         assert client.function_load(script.library, replace=True) == script.function.encode()
     client.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import re
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -200,6 +201,10 @@ async def test_a_refused_websocket_handshake_gets_the_hooks_response() -> None:
     start, body = await websocket_attempt(app)
     assert start["type"] == "websocket.http.response.start"
     assert start["status"] == 429
-    assert any(k == b"retry-after" for k, _ in start["headers"])
+    sent = dict(start["headers"])
+    # The hook passed the refusal's headers on: Retry-After is the refusing policy's ``t``.
+    t = re.search(rb";t=(\d+)", sent[b"ratelimit"])
+    assert t is not None
+    assert sent[b"retry-after"] == t.group(1)
     assert body["body"] == b'{"error":"busy"}'
     assert calls["ws"] == 1
