@@ -96,22 +96,18 @@ class IdempotencyMiddleware:
         fingerprint: FingerprintFunction = default_fingerprint,
     ) -> None:
         self.app = app
-        self.store = store or RecordStore.from_url("sqlite+aiosqlite:///headway.sqlite3")
-        self.lock_backend = lock_backend or MemoryLockBackend()
         self.methods = frozenset(m.upper() for m in methods)
         self.required = required
         self.scope_function = scope_function
-        self.lease_ttl = lease_ttl
-        self.wait = wait
         self.max_body = max_body
         self.max_request_body = max_request_body
         self.store_server_errors = store_server_errors
         self.retry_after = str(retry_after).encode()
-        self.database_fallback = database_fallback
-        self.on_event = on_event
         self.fingerprint = fingerprint
-        self.engine = Engine(  # validates lease_ttl and wait
-            store=self.store, lock_backend=self.lock_backend, source="http",
+        #: The records, the lock and their options (it validates ``lease_ttl`` and ``wait``).
+        self.engine = Engine(
+            store=store or RecordStore.from_url("sqlite+aiosqlite:///headway.sqlite3"),
+            lock_backend=lock_backend or MemoryLockBackend(), source="http",
             lease_ttl=lease_ttl, wait=wait, on_event=on_event, database_fallback=database_fallback,
         )  # fmt: skip
 
