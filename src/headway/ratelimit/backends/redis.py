@@ -155,9 +155,7 @@ class RedisRateLimitBackend:
         wire = self._wires.ready_wire()
         if wire is None:
             return None
-        packing = self._recent
-        if packing is None or packing.policies is not policies:
-            packing = self._packing(policies)
+        packing = self._packing(policies)
         args = packing.packed_args(cost, peek)
         return wire.submit(packing.script, packing.packed_keys(key), args, None, timeout)
 
@@ -239,9 +237,9 @@ class SyncRedisRateLimitBackend:
     """The synchronous Redis backend (``redis.Redis`` or ``redis.cluster.RedisCluster``).
 
     The latency budget is the client's socket timeout: set it with ``from_url``.
-    With ``own_connection`` (the default) the scripts go over sockets headway drives itself
-    (``_redis.sync_wire.SyncWire``; on a Cluster, per node); ``own_connection=False`` goes through
-    redis-py. ``clock``: as ``RedisRateLimitBackend``'s.
+    With ``own_connection`` (the default) the scripts go over sockets headway drives
+    itself (``_redis.sync_wire.SyncWire``; on a Cluster, per node); ``own_connection=False``
+    goes through redis-py. ``clock``: as ``RedisRateLimitBackend``'s.
     """
 
     name = "redis"
