@@ -58,12 +58,11 @@ class _Store:
         cost: int,
         leasing: Leasing,
         back: tuple[int, Sequence[int]],
-        now_us: int | None = None,
     ) -> list[int]:
-        """Lease (``lease_model``); ``now_us`` (else the clock's) for the model's tests."""
+        """Lease (``lease_model``) on the store's clock."""
         policies = PolicySet.of(policies)
         with self._mutex:
-            now = self._now() if now_us is None else now_us
+            now = self._now()
             keys = state_names(key, policies)
             states = [self._get(k, now) for k in keys]
             leases = policies.leases
