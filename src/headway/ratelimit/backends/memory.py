@@ -58,11 +58,12 @@ class _Store:
         cost: int,
         leasing: Leasing,
         back: tuple[int, Sequence[int]],
+        now_us: int | None = None,
     ) -> list[int]:
-        """Lease (``lease_model``) on the store's clock."""
+        """Lease (``lease_model``); ``now_us`` (else the clock's) for the model's tests."""
         policies = PolicySet.of(policies)
         with self._mutex:
-            now = self._now()
+            now = self._now() if now_us is None else now_us
             keys = state_names(key, policies)
             states = [self._get(k, now) for k in keys]
             leases = policies.leases
