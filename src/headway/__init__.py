@@ -47,11 +47,18 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.lock.backends.redis.sync_backend import SyncRedisLockBackend
     from headway.lock.backends.redlock import RedlockBackend
     from headway.lock.backends.zookeeper.backend import ZooKeeperLockBackend
-    from headway.lock.contract import LockBackend, SyncLockBackend
+    from headway.lock.contract import (
+        LockBackend,
+        ModalLockBackend,
+        SyncLockBackend,
+        SyncModalLockBackend,
+    )
     from headway.lock.events import LockEvent, LockEventKind, LockHook
     from headway.lock.fencing import fenced_update, fenced_update_statement, fenced_update_sync
     from headway.lock.lease import Lease
     from headway.lock.lock import Lock, SyncLock
+    from headway.lock.modes import LockMode
+    from headway.lock.shared import ReadWriteLock, Semaphore, SyncReadWriteLock, SyncSemaphore
     from headway.metrics.otel import OpenTelemetryMetrics
     from headway.metrics.prometheus import PrometheusMetrics
     from headway.ratelimit.backends.contract import (
@@ -125,10 +132,17 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway.lock.backends.redis.backend": ("RedisLockBackend",),
     "headway.lock.backends.redis.sync_backend": ("SyncRedisLockBackend",),
     "headway.lock.backends.redlock": ("RedlockBackend",),
-    "headway.lock.contract": ("LockBackend", "SyncLockBackend"),
+    "headway.lock.contract": (
+        "LockBackend",
+        "ModalLockBackend",
+        "SyncLockBackend",
+        "SyncModalLockBackend",
+    ),
     "headway.lock.fencing": ("fenced_update", "fenced_update_statement", "fenced_update_sync"),
     "headway.lock.lease": ("Lease",),
     "headway.lock.lock": ("Lock", "SyncLock"),
+    "headway.lock.modes": ("LockMode",),
+    "headway.lock.shared": ("ReadWriteLock", "Semaphore", "SyncReadWriteLock", "SyncSemaphore"),
     "headway.ratelimit.backends.contract": (
         "ConcurrencyBackend",
         "RateLimitBackend",
@@ -233,10 +247,12 @@ __all__ = [
     "LockEventKind",
     "LockHook",
     "LockLost",
+    "LockMode",
     "LockNotAcquired",
     "LockNotOwned",
     "MemoryLockBackend",
     "MemoryRateLimitBackend",
+    "ModalLockBackend",
     "MonotonicClock",
     "OpenTelemetryMetrics",
     "Policy",
@@ -251,6 +267,7 @@ __all__ = [
     "RateLimitMiddleware",
     "RateLimitRefused",
     "RateLimiter",
+    "ReadWriteLock",
     "RecordStore",
     "RedisLockBackend",
     "RedisRateLimitBackend",
@@ -260,6 +277,7 @@ __all__ = [
     "ResultNotSerializable",
     "Rule",
     "ScopeFunction",
+    "Semaphore",
     "Serializer",
     "SessionCookie",
     "SlidingCounter",
@@ -270,10 +288,13 @@ __all__ = [
     "SyncLock",
     "SyncLockBackend",
     "SyncMemoryRateLimitBackend",
+    "SyncModalLockBackend",
     "SyncRateLimitBackend",
     "SyncRateLimiter",
+    "SyncReadWriteLock",
     "SyncRedisLockBackend",
     "SyncRedisRateLimitBackend",
+    "SyncSemaphore",
     "TokenBucket",
     "ZooKeeperLockBackend",
     "by_credentials",

@@ -24,7 +24,12 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from headway import EtcdLockBackend, MemoryLockBackend, RedisLockBackend, SyncRedisLockBackend
 from headway.lock.backends.postgres import PostgresLockBackend
 from headway.lock.backends.redlock import RedlockBackend
-from headway.lock.contract import LockBackend, SyncLockBackend
+from headway.lock.contract import (
+    LockBackend,
+    ModalLockBackend,
+    SyncLockBackend,
+    SyncModalLockBackend,
+)
 from tests import zookeeper_server
 from tests.lock.toy_backend import ToyLockBackend
 from tests.servers import RedisServers
@@ -209,9 +214,20 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+#: name -> entry, for ``ReadWriteLock`` and ``Semaphore`` (``test_modes.py``): the
+#: backends that are a ``ModalLockBackend``. A new one is one entry here.
+MODAL_BACKENDS: dict[str, Entry] = {
+    "memory": Entry(_memory),
+}
+
+#: name -> entry, for ``SyncReadWriteLock`` and ``SyncSemaphore``.
+SYNC_MODAL_BACKENDS: dict[str, Entry] = {}
+
 _TABLES: Mapping[str, Mapping[str, Entry]] = {
     "lock_backend": LOCK_BACKENDS,
     "sync_lock_backend": SYNC_LOCK_BACKENDS,
+    "modal_backend": MODAL_BACKENDS,
+    "sync_modal_backend": SYNC_MODAL_BACKENDS,
 }
 
 
@@ -229,6 +245,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 async def lock_backend(request: pytest.FixtureRequest) -> AsyncIterator[LockBackend]:
     """Each entry of ``LOCK_BACKENDS`` that offers what the test ``needs``, in turn."""
     async with LOCK_BACKENDS[request.param].make(request) as made:
+        yield made
+
+
+@pytest.fixture
+async def modal_backend(request: pytest.FixtureRequest) -> AsyncIterator[ModalLockBackend]:
+    """Each entry of ``MODAL_BACKENDS`` that offers what the test ``needs``, in turn."""
+    async with MODAL_BACKENDS[request.param].make(request) as made:
+        yield made
+
+
+@pytest.fixture
+def sync_modal_backend(request: pytest.FixtureRequest) -> Iterator[SyncModalLockBackend]:
+    """Each entry of ``SYNC_MODAL_BACKENDS`` that offers what the test ``needs``, in turn."""
+    with SYNC_MODAL_BACKENDS[request.param].make(request) as made:
         yield made
 
 

@@ -9,6 +9,9 @@ A backend with a wait queue implements the primitives of ``QueuedPrimitives``
 ``SyncQueuedBackend``, in ``headway.lock.driver``): the driver runs the one
 acquire flow (``headway.lock.flow``) over them, waits, and makes every step
 safe under cancellation. See "Add a lock backend" in ``docs/extending.md``.
+
+A backend that also offers read-write locks or semaphores is a ``ModalLockBackend``
+(``SyncModalLockBackend``): ``for_mode`` returns a backend for one ``LockMode``.
 """
 
 from __future__ import annotations
@@ -18,12 +21,15 @@ from typing import Protocol
 
 from headway.lock.flow import Attempt, Try
 from headway.lock.lease import Lease
+from headway.lock.modes import LockMode, ModeKind
 
 __all__ = [
     "AsyncWaiter",
     "LockBackend",
+    "ModalLockBackend",
     "QueuedPrimitives",
     "SyncLockBackend",
+    "SyncModalLockBackend",
     "SyncQueuedPrimitives",
     "SyncWaiter",
 ]
@@ -91,6 +97,42 @@ class SyncLockBackend(Protocol):
 
     def extend(self, lease: Lease, ttl: float) -> Lease:
         """As ``LockBackend.extend``, blocking."""
+
+
+class ModalLockBackend(LockBackend, Protocol):
+    """A ``LockBackend`` that also holds resources in other modes (``headway.lock.modes``).
+
+    ``ReadWriteLock`` and ``Semaphore`` need one; they refuse, at construction, a
+    backend whose ``modes`` lack what they use.
+    """
+
+    #: The mode kinds offered: "read" and "write" (read-write locks), "permits" (semaphores).
+    modes: frozenset[ModeKind]
+
+    def for_mode(self, mode: LockMode) -> LockBackend:
+        """A backend whose leases hold resources in ``mode``, with the rules of ``LockBackend``.
+
+        Requests of one ``mode.family`` on a resource share one FIFO queue and one fence
+        sequence; a request is granted when ``modes.fits`` says so: the ``mode.weight`` of
+        the live holders, of the requests still waiting ahead of it, and its own fit within
+        ``mode.capacity`` (a semaphore's capacity is the newest acquire's: holders past a
+        lowered capacity keep their permits, new grants wait). Fences are unique in the
+        family on the resource and rise in queue order (arrival order), so a writer's
+        exceeds every earlier holder's and a reader's every earlier writer's. A release
+        wakes every waiter that now fits, not just the first. The family is independent
+        of the resource's exclusive lock and of the other family.
+        """
+        ...
+
+
+class SyncModalLockBackend(SyncLockBackend, Protocol):
+    """The synchronous counterpart of ``ModalLockBackend``."""
+
+    modes: frozenset[ModeKind]
+
+    def for_mode(self, mode: LockMode) -> SyncLockBackend:
+        """As ``ModalLockBackend.for_mode``, blocking."""
+        ...
 
 
 class AsyncWaiter(Protocol):

@@ -13,9 +13,11 @@ import contextlib
 from dataclasses import dataclass, field
 
 from headway._clock import Clock
+from headway.lock.backends.memory_modes import Families, MemoryModeBackend
 from headway.lock.contract import AsyncWaiter
 from headway.lock.driver import QueuedBackend
 from headway.lock.flow import Attempt, Try
+from headway.lock.modes import LockMode, ModeKind
 
 __all__ = ["MemoryLockBackend"]
 
@@ -41,15 +43,24 @@ class _Waiter:
 
 
 class MemoryLockBackend(QueuedBackend):
-    """Locks for the tasks of one process, with the same semantics as Redis."""
+    """Locks for the tasks of one process, with the same semantics as Redis.
+
+    Offers every mode: ``ReadWriteLock`` and ``Semaphore`` work over it too.
+    """
 
     name = "memory"
+    modes: frozenset[ModeKind] = frozenset({"read", "write", "permits"})
 
     def __init__(self, clock: Clock | None = None) -> None:
         super().__init__(clock)
         self._states: dict[str, _State] = {}
         self._fence = 0
         self._events: dict[tuple[str, str], asyncio.Event] = {}
+        self._families = Families(self.clock)
+
+    def for_mode(self, mode: LockMode) -> MemoryModeBackend:
+        """This backend's locks in ``mode`` (see ``ModalLockBackend.for_mode``)."""
+        return MemoryModeBackend(self._families, mode)
 
     def _state(self, resource: str) -> _State:
         state = self._states.setdefault(resource, _State())

@@ -1,0 +1,275 @@
+"""``ReadWriteLock`` and ``Semaphore`` over every backend in ``MODAL_BACKENDS`` (conftest)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+
+from headway import Lease, Lock, LockNotAcquired, LockNotOwned
+from headway.lock import flow
+from headway.lock.contract import ModalLockBackend
+from headway.lock.shared import ReadWriteLock, Semaphore
+from tests.lock.toy_backend import ToyLockBackend
+
+pytestmark = pytest.mark.anyio
+
+
+async def queued(
+    lock: Lock, start: Callable[[], Coroutine[Any, Any, Lease]]
+) -> asyncio.Task[Lease]:
+    """Start ``start()`` in a task and return once its request holds a place in line.
+
+    Queued backends are watched through the driver's ``_attempt`` (the first refused
+    attempt queues the waiter); others are trusted after their first refusal shows up
+    as a refused probe of the same mode with ``timeout=0``.
+    """
+    backend: Any = lock.backend
+    refused = asyncio.Event()
+    original = backend._attempt
+
+    async def watched(*args: Any) -> Any:
+        attempt = await original(*args)
+        if not attempt.granted:
+            refused.set()
+        return attempt
+
+    backend._attempt = watched
+    try:
+        task = asyncio.create_task(start())
+        waiting = asyncio.create_task(refused.wait())
+        await asyncio.wait([task, waiting], return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        assert not task.done(), "the request was answered instead of queued"
+    finally:
+        backend._attempt = original
+    return task
+
+
+async def test_readers_share_and_a_writer_is_alone(modal_backend: ModalLockBackend) -> None:
+    rw = ReadWriteLock(modal_backend, "doc", ttl=10, timeout=0)
+    first, second = await rw.read.acquire(), await rw.read.acquire()
+    with pytest.raises(LockNotAcquired):
+        await rw.write.acquire()
+    await rw.read.release(first)
+    await rw.read.release(second)
+    writer = await rw.write.acquire()
+    with pytest.raises(LockNotAcquired):
+        await rw.read.acquire()
+    with pytest.raises(LockNotAcquired):
+        await rw.write.acquire()
+    await rw.write.release(writer)
+    reader = await rw.read.acquire()
+    assert first.fence < second.fence < writer.fence < reader.fence
+    await rw.read.release(reader)
+
+
+@pytest.fixture
+def woken_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Waiters wait longer than the test's bound unless a release wakes them: a waiter
+    that is not woken fails the test instead of moving on after ``WAIT_CAP``."""
+    monkeypatch.setattr(flow, "WAIT_CAP", 60.0)
+
+
+@pytest.mark.usefixtures("woken_only")
+async def test_a_waiting_writer_stops_later_readers(modal_backend: ModalLockBackend) -> None:
+    rw = ReadWriteLock(modal_backend, "doc", ttl=30, timeout=30)
+    reader = await rw.read.acquire()
+    writer_task = await queued(rw.write, rw.write.acquire)
+    # A reader arriving now would share with the holder, but the writer came first.
+    with pytest.raises(LockNotAcquired):
+        await rw.read.acquire(timeout=0)
+    late_readers = [await queued(rw.read, rw.read.acquire) for _ in range(2)]
+    await rw.read.release(reader)
+    writer = await writer_task
+    assert not any(task.done() for task in late_readers)
+    await rw.write.release(writer)
+    # Readers queued together behind the writer enter together: both are woken.
+    async with asyncio.timeout(10):
+        leases = await asyncio.gather(*late_readers)
+    assert all(lease.fence > writer.fence > reader.fence for lease in leases)
+    for lease in leases:
+        await rw.read.release(lease)
+
+
+async def test_readers_and_writers_never_overlap_counted(modal_backend: ModalLockBackend) -> None:
+    rw = ReadWriteLock(modal_backend, "counted", ttl=10, timeout=30)
+    readers = writers = 0
+    overlaps: list[str] = []
+    entered = {"read": 0, "write": 0}
+    last_writer_fence = 0
+
+    async def worker(i: int) -> None:
+        nonlocal readers, writers, last_writer_fence
+        for round_ in range(6):
+            write = (i + round_) % 4 == 0
+            lock = rw.write if write else rw.read
+            lease = await lock.acquire()
+            if write:
+                writers += 1
+                if writers > 1 or readers:
+                    overlaps.append(f"writer {lease.fence} with {writers - 1} w, {readers} r")
+                assert lease.fence > last_writer_fence
+                last_writer_fence = lease.fence
+            else:
+                readers += 1
+                if writers:
+                    overlaps.append(f"reader {lease.fence} with a writer")
+                assert lease.fence > last_writer_fence
+            entered["write" if write else "read"] += 1
+            await asyncio.sleep(0.002)
+            if write:
+                writers -= 1
+            else:
+                readers -= 1
+            await lock.release(lease)
+
+    await asyncio.gather(*(worker(i) for i in range(8)))
+    assert overlaps == []
+    assert entered == {"write": 12, "read": 36}
+
+
+async def test_semaphore_grants_its_permits_then_refuses(modal_backend: ModalLockBackend) -> None:
+    semaphore = Semaphore(modal_backend, "pool", permits=3, ttl=10, timeout=0)
+    leases = [await semaphore.acquire() for _ in range(3)]
+    assert len({lease.token for lease in leases}) == 3
+    assert leases[0].fence < leases[1].fence < leases[2].fence
+    with pytest.raises(LockNotAcquired):
+        await semaphore.acquire()
+    await semaphore.release(leases[0])
+    fourth = await semaphore.acquire()
+    assert fourth.fence > leases[2].fence
+    with pytest.raises(LockNotOwned):
+        await semaphore.release(leases[0])
+    for lease in [*leases[1:], fourth]:
+        await semaphore.release(lease)
+
+
+@pytest.mark.usefixtures("woken_only")
+async def test_semaphore_waiters_are_served_in_arrival_order(
+    modal_backend: ModalLockBackend,
+) -> None:
+    semaphore = Semaphore(modal_backend, "pool", permits=2, ttl=30, timeout=30)
+    held = [await semaphore.acquire(), await semaphore.acquire()]
+    order: list[int] = []
+
+    async def waiter(i: int) -> Lease:
+        lease = await semaphore.acquire()
+        order.append(i)
+        return lease
+
+    tasks = [await queued(semaphore, lambda i=i: waiter(i)) for i in range(4)]  # type: ignore[misc]
+    for lease in held:
+        await semaphore.release(lease)
+    async with asyncio.timeout(10):
+        first_two = [await tasks[0], await tasks[1]]
+    assert order == [0, 1]
+    assert not tasks[2].done()
+    assert not tasks[3].done()
+    for lease in first_two:
+        await semaphore.release(lease)
+    async with asyncio.timeout(10):
+        last_two = await asyncio.gather(tasks[2], tasks[3])
+    for lease in last_two:
+        await semaphore.release(lease)
+    assert order == [0, 1, 2, 3]
+
+
+async def test_semaphore_permits_can_change_without_losing_holders(
+    modal_backend: ModalLockBackend,
+) -> None:
+    two = Semaphore(modal_backend, "pool", permits=2, ttl=10, timeout=0)
+    held = [await two.acquire(), await two.acquire()]
+    three = Semaphore(modal_backend, "pool", permits=3, ttl=10, timeout=0)
+    held.append(await three.acquire())  # raised to 3: a third holder fits
+    one = Semaphore(modal_backend, "pool", permits=1, ttl=10, timeout=0)
+    with pytest.raises(LockNotAcquired):
+        await one.acquire()  # lowered to 1: three holders keep their permits, nobody enters
+    for lease in held[:2]:
+        await two.release(lease)
+    with pytest.raises(LockNotAcquired):
+        await one.acquire()
+    await one.release(held[2])  # every holder's release still works
+    await one.release(await one.acquire())
+
+
+@pytest.mark.needs("short_ttl")
+async def test_a_crashed_holders_permit_and_write_lock_come_back(
+    modal_backend: ModalLockBackend,
+) -> None:
+    semaphore = Semaphore(modal_backend, "pool", permits=1, ttl=0.2, timeout=5)
+    rw = ReadWriteLock(modal_backend, "doc", ttl=0.2, timeout=5)
+    crashed_permit = await semaphore.acquire()  # never released: its holder "crashed"
+    crashed_writer = await rw.write.acquire()
+    permit, reader = await semaphore.acquire(), await rw.read.acquire()
+    assert permit.fence > crashed_permit.fence
+    assert reader.fence > crashed_writer.fence
+    # The stale holders cannot renew or release what is now someone else's.
+    with pytest.raises(LockNotOwned):
+        await semaphore.extend(crashed_permit)
+    with pytest.raises(LockNotOwned):
+        await rw.write.release(crashed_writer)
+    await semaphore.release(permit)
+    await rw.read.release(reader)
+
+
+@pytest.mark.parametrize("how", ["cancelled", "timed out"])
+async def test_a_waiter_that_gives_up_leaves_no_place_in_line(
+    modal_backend: ModalLockBackend, how: str
+) -> None:
+    rw = ReadWriteLock(modal_backend, "doc", ttl=10, timeout=30)
+    semaphore = Semaphore(modal_backend, "pool", permits=1, ttl=10, timeout=30)
+    writer, permit = await rw.write.acquire(), await semaphore.acquire()
+    if how == "cancelled":
+        waiters = [
+            await queued(rw.read, rw.read.acquire),
+            await queued(semaphore, semaphore.acquire),
+        ]
+        for task in waiters:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    else:
+        for lock in (rw.read, semaphore):
+            with pytest.raises(LockNotAcquired):
+                await lock.acquire(timeout=0.05)
+    await rw.write.release(writer)
+    await semaphore.release(permit)
+    # Nobody is left ahead: requests that do not wait are granted at once.
+    await rw.write.release(await rw.write.acquire(timeout=0))
+    await semaphore.release(await semaphore.acquire(timeout=0))
+
+
+async def test_hold_works_in_every_mode(modal_backend: ModalLockBackend) -> None:
+    rw = ReadWriteLock(modal_backend, "doc", ttl=10, timeout=0)
+    semaphore = Semaphore(modal_backend, "doc", permits=1, ttl=10, timeout=0)
+    async with rw.write.hold() as lease:
+        with pytest.raises(LockNotAcquired):
+            await rw.read.acquire()
+        # The exclusive lock and the semaphore of the same name are other locks.
+        async with semaphore.hold(), Lock(modal_backend, "doc", timeout=0).hold():
+            pass
+    async with rw.read.hold() as first, rw.read.hold() as second:
+        assert first.fence > lease.fence
+        assert second.fence > lease.fence
+
+
+def test_a_backend_without_modes_is_refused_at_construction() -> None:
+    toy: Any = ToyLockBackend()
+    with pytest.raises(ValueError, match="toy lock backend does not offer read-write locks"):
+        ReadWriteLock(toy, "doc")
+    with pytest.raises(ValueError, match="does not offer semaphores"):
+        Semaphore(toy, "pool", permits=2)
+
+
+@pytest.mark.parametrize(
+    ("permits", "error"), [(0, ValueError), (-1, ValueError), (True, TypeError), ("3", TypeError)]
+)
+def test_bad_permits_are_refused(permits: Any, error: type[Exception]) -> None:
+    from headway import MemoryLockBackend
+
+    with pytest.raises(error, match="permits"):
+        Semaphore(MemoryLockBackend(), "pool", permits=permits)
