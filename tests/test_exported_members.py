@@ -43,6 +43,7 @@ def test_all_is_pinned() -> None:
         "LeakyBucket",
         "Lease",
         "Leasing",
+        "LeasingBackend",
         "LimiterSettings",
         "Lock",
         "LockBackend",
@@ -85,6 +86,7 @@ def test_all_is_pinned() -> None:
         "Source",
         "SyncConcurrencyBackend",
         "SyncConcurrencyLimiter",
+        "SyncLeasingBackend",
         "SyncLock",
         "SyncLockBackend",
         "SyncMemoryRateLimitBackend",
@@ -103,6 +105,7 @@ def test_all_is_pinned() -> None:
         "fingerprint_fields",
         "idempotent",
         "idempotent_function",
+        "lease_states",
         "rate_limit",
         "state_names",
     ]

@@ -56,10 +56,13 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.metrics.prometheus import PrometheusMetrics
     from headway.ratelimit.backends.contract import (
         ConcurrencyBackend,
+        LeasingBackend,
         RateLimitBackend,
         SyncConcurrencyBackend,
+        SyncLeasingBackend,
         SyncRateLimitBackend,
         decide_states,
+        lease_states,
         state_names,
     )
     from headway.ratelimit.backends.memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
@@ -131,10 +134,13 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway.lock.lock": ("Lock", "SyncLock"),
     "headway.ratelimit.backends.contract": (
         "ConcurrencyBackend",
+        "LeasingBackend",
         "RateLimitBackend",
         "SyncConcurrencyBackend",
+        "SyncLeasingBackend",
         "SyncRateLimitBackend",
         "decide_states",
+        "lease_states",
         "state_names",
     ),
     "headway.ratelimit.backends.memory": ("MemoryRateLimitBackend", "SyncMemoryRateLimitBackend"),
@@ -225,6 +231,7 @@ __all__ = [
     "LeakyBucket",
     "Lease",
     "Leasing",
+    "LeasingBackend",
     "LimiterSettings",
     "Lock",
     "LockBackend",
@@ -267,6 +274,7 @@ __all__ = [
     "Source",
     "SyncConcurrencyBackend",
     "SyncConcurrencyLimiter",
+    "SyncLeasingBackend",
     "SyncLock",
     "SyncLockBackend",
     "SyncMemoryRateLimitBackend",
@@ -285,6 +293,7 @@ __all__ = [
     "fingerprint_fields",
     "idempotent",
     "idempotent_function",
+    "lease_states",
     "rate_limit",
     "state_names",
 ]
