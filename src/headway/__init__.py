@@ -83,7 +83,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.ratelimit.http.refusals import RefusalContext, RefusalHook
     from headway.ratelimit.http.rules import LimiterSettings, PolicyFunction, Rule
     from headway.ratelimit.leasing import Leasing
-    from headway.ratelimit.limiter import RateLimiter, SyncRateLimiter
+    from headway.ratelimit.limiter import RateLimiter
     from headway.ratelimit.policies import (
         Concurrency,
         FixedWindow,
@@ -94,6 +94,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         TokenBucket,
     )
     from headway.ratelimit.slots import Admission, Grant
+    from headway.ratelimit.sync_limiter import SyncRateLimiter
 
 #: Where each public name lives: module -> names. Keep it in step with the imports above
 #: (``tests/test_exported_members.py`` checks both against ``__all__``).
@@ -159,7 +160,8 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway.ratelimit.http.middleware": ("RateLimitMiddleware",),
     "headway.ratelimit.http.rules": ("LimiterSettings", "PolicyFunction", "Rule"),
     "headway.ratelimit.leasing": ("Leasing",),
-    "headway.ratelimit.limiter": ("RateLimiter", "SyncRateLimiter"),
+    "headway.ratelimit.limiter": ("RateLimiter",),
+    "headway.ratelimit.sync_limiter": ("SyncRateLimiter",),
     "headway.ratelimit.policies": (
         "Concurrency",
         "FixedWindow",
