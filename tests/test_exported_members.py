@@ -43,6 +43,7 @@ def test_all_is_pinned() -> None:
         "LeakyBucket",
         "Lease",
         "Leasing",
+        "LeasingBackend",
         "LimiterSettings",
         "Lock",
         "LockBackend",
@@ -89,6 +90,7 @@ def test_all_is_pinned() -> None:
         "Source",
         "SyncConcurrencyBackend",
         "SyncConcurrencyLimiter",
+        "SyncLeasingBackend",
         "SyncLock",
         "SyncLockBackend",
         "SyncMemoryRateLimitBackend",
@@ -110,6 +112,7 @@ def test_all_is_pinned() -> None:
         "fingerprint_fields",
         "idempotent",
         "idempotent_function",
+        "lease_states",
         "rate_limit",
         "state_names",
     ]

@@ -63,10 +63,13 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.metrics.prometheus import PrometheusMetrics
     from headway.ratelimit.backends.contract import (
         ConcurrencyBackend,
+        LeasingBackend,
         RateLimitBackend,
         SyncConcurrencyBackend,
+        SyncLeasingBackend,
         SyncRateLimitBackend,
         decide_states,
+        lease_states,
         state_names,
     )
     from headway.ratelimit.backends.memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
@@ -87,7 +90,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.ratelimit.http.refusals import RefusalContext, RefusalHook
     from headway.ratelimit.http.rules import LimiterSettings, PolicyFunction, Rule
     from headway.ratelimit.leasing import Leasing
-    from headway.ratelimit.limiter import RateLimiter, SyncRateLimiter
+    from headway.ratelimit.limiter import RateLimiter
     from headway.ratelimit.policies import (
         Concurrency,
         FixedWindow,
@@ -98,6 +101,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         TokenBucket,
     )
     from headway.ratelimit.slots import Admission, Grant
+    from headway.ratelimit.sync_limiter import SyncRateLimiter
 
 #: Where each public name lives: module -> names. Keep it in step with the imports above
 #: (``tests/test_exported_members.py`` checks both against ``__all__``).
@@ -145,10 +149,13 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway.lock.shared": ("ReadWriteLock", "Semaphore", "SyncReadWriteLock", "SyncSemaphore"),
     "headway.ratelimit.backends.contract": (
         "ConcurrencyBackend",
+        "LeasingBackend",
         "RateLimitBackend",
         "SyncConcurrencyBackend",
+        "SyncLeasingBackend",
         "SyncRateLimitBackend",
         "decide_states",
+        "lease_states",
         "state_names",
     ),
     "headway.ratelimit.backends.memory": ("MemoryRateLimitBackend", "SyncMemoryRateLimitBackend"),
@@ -167,7 +174,8 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway.ratelimit.http.middleware": ("RateLimitMiddleware",),
     "headway.ratelimit.http.rules": ("LimiterSettings", "PolicyFunction", "Rule"),
     "headway.ratelimit.leasing": ("Leasing",),
-    "headway.ratelimit.limiter": ("RateLimiter", "SyncRateLimiter"),
+    "headway.ratelimit.limiter": ("RateLimiter",),
+    "headway.ratelimit.sync_limiter": ("SyncRateLimiter",),
     "headway.ratelimit.policies": (
         "Concurrency",
         "FixedWindow",
@@ -239,6 +247,7 @@ __all__ = [
     "LeakyBucket",
     "Lease",
     "Leasing",
+    "LeasingBackend",
     "LimiterSettings",
     "Lock",
     "LockBackend",
@@ -285,6 +294,7 @@ __all__ = [
     "Source",
     "SyncConcurrencyBackend",
     "SyncConcurrencyLimiter",
+    "SyncLeasingBackend",
     "SyncLock",
     "SyncLockBackend",
     "SyncMemoryRateLimitBackend",
@@ -306,6 +316,7 @@ __all__ = [
     "fingerprint_fields",
     "idempotent",
     "idempotent_function",
+    "lease_states",
     "rate_limit",
     "state_names",
 ]
