@@ -69,6 +69,7 @@ def test_all_is_pinned() -> None:
         "RateLimitMiddleware",
         "RateLimitRefused",
         "RateLimiter",
+        "RecordBackend",
         "RecordStore",
         "RedisLockBackend",
         "RedisRateLimitBackend",

@@ -29,6 +29,7 @@ from headway._errors import (
 )
 from headway.idempotency.arguments import CallIdentity
 from headway.idempotency.callers import scope_id
+from headway.idempotency.contract import RecordBackend
 from headway.idempotency.engine import Call, Engine, Found
 from headway.idempotency.events import IdempotencyHook
 from headway.idempotency.portal import submit
@@ -58,7 +59,7 @@ class IdempotentDecorator(Protocol):
 
 def idempotent_function(
     *,
-    store: RecordStore | None = None,
+    store: RecordBackend | None = None,
     lock_backend: LockBackend | None = None,
     key: Callable[..., str] | None = None,
     namespace: str | None = None,
@@ -129,8 +130,10 @@ def _wrap(fn: Callable[P, R], runner: _Runner, identity: CallIdentity) -> Callab
     return cast(Callable[P, R], run_sync)
 
 
-def _with_ttl(store: RecordStore, ttl: float) -> RecordStore:
+def _with_ttl(store: RecordBackend, ttl: float) -> RecordStore:
     """A store on the same engine (and pool) whose records are kept ``ttl`` s."""
+    if not isinstance(store, RecordStore):  # how long records are kept is a store's own
+        raise TypeError("ttl= needs a RecordStore: give your own store its ttl instead")
     view = RecordStore(store.engine, ttl=ttl, timeout=store.timeout)
     view._create = store._create  # an embedded store still creates its table on first use
     return view
@@ -142,7 +145,7 @@ class _Runner:
     def __init__(
         self,
         namespace: str,
-        store: RecordStore,
+        store: RecordBackend,
         lock_backend: LockBackend,
         lease_ttl: float,
         wait: float,
