@@ -86,14 +86,7 @@ def idempotent_function(
     ``on_conflict="wait"`` waits up to ``wait_timeout`` s for its result. ``store`` and
     ``lock_backend`` default to a SQLite file and the in-memory lock (one process).
     """
-    if on_conflict not in ("raise", "wait"):
-        raise ValueError(f'on_conflict must be "raise" or "wait", got {on_conflict!r}')
-    check_ttl(lease_ttl)
-    check_timeout(wait_timeout)
-    if ttl is not None:
-        check_ttl(ttl)
-    if not all(isinstance(c, type) and issubclass(c, Exception) for c in store_errors):
-        raise TypeError("store_errors must be a tuple of Exception subclasses")
+    _check_options(on_conflict, ttl, lease_ttl, wait_timeout, store_errors)
     records = store or RecordStore.from_url("sqlite+aiosqlite:///headway.sqlite3")
     if ttl is not None:
         records = _with_ttl(records, ttl)
@@ -108,6 +101,25 @@ def idempotent_function(
         return _wrap(fn, runner, CallIdentity(fn, key, ignore))
 
     return decorate
+
+
+def _check_options(
+    on_conflict: str,
+    ttl: float | None,
+    lease_ttl: float,
+    wait_timeout: float,
+    store_errors: tuple[type[Exception], ...],
+) -> None:
+    """``ValueError`` or ``TypeError`` for an option ``idempotent_function`` cannot use,
+    raised when it is called, before any store is opened."""
+    if on_conflict not in ("raise", "wait"):
+        raise ValueError(f'on_conflict must be "raise" or "wait", got {on_conflict!r}')
+    check_ttl(lease_ttl)
+    check_timeout(wait_timeout)
+    if ttl is not None:
+        check_ttl(ttl)
+    if not all(isinstance(c, type) and issubclass(c, Exception) for c in store_errors):
+        raise TypeError("store_errors must be a tuple of Exception subclasses")
 
 
 def _wrap(fn: Callable[P, R], runner: _Runner, identity: CallIdentity) -> Callable[P, R]:
