@@ -78,8 +78,9 @@ def idempotent_function(
     what ``key(*args, **kwargs)`` returns; the same key with different arguments
     raises ``IdempotencyKeyReused``. Keys are scoped by ``namespace`` (default: the
     function's module and qualified name). Results are kept ``ttl`` s (default: the
-    store's) as ``serializer`` (default JSON) writes them; every caller, the first
-    included, gets ``loads(dumps(result))``. A result it cannot store raises
+    store's; only a ``RecordStore`` takes it, a ``RecordBackend`` of your own keeps its
+    own) as ``serializer`` (default JSON) writes them; every caller, the first included,
+    gets ``loads(dumps(result))``. A result it cannot store raises
     ``ResultNotSerializable``. An exception releases the key (a retry runs again),
     unless it is an instance of ``store_errors``: then it is stored and replayed.
     A call while the key runs elsewhere raises ``IdempotencyInProgress``, or with
