@@ -73,6 +73,7 @@ def test_all_is_pinned() -> None:
         "RateLimitRefused",
         "RateLimiter",
         "ReadWriteLock",
+        "RecordBackend",
         "RecordStore",
         "RedisLockBackend",
         "RedisRateLimitBackend",

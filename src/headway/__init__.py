@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         ResultNotSerializable,
     )
     from headway.idempotency.callers import ScopeFunction, by_credentials
+    from headway.idempotency.contract import RecordBackend
     from headway.idempotency.events import IdempotencyEvent, IdempotencyEventKind, IdempotencyHook
     from headway.idempotency.fingerprints import (
         FingerprintFunction,
@@ -122,6 +123,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "LockNotOwned",
     ),
     "headway.idempotency.callers": ("ScopeFunction", "by_credentials"),
+    "headway.idempotency.contract": ("RecordBackend",),
     "headway.idempotency.events": ("IdempotencyEvent", "IdempotencyEventKind", "IdempotencyHook"),
     "headway.idempotency.fingerprints": (
         "FingerprintFunction",
@@ -277,6 +279,7 @@ __all__ = [
     "RateLimitRefused",
     "RateLimiter",
     "ReadWriteLock",
+    "RecordBackend",
     "RecordStore",
     "RedisLockBackend",
     "RedisRateLimitBackend",
