@@ -219,6 +219,7 @@ def pytest_configure(config: pytest.Config) -> None:
 MODAL_BACKENDS: dict[str, Entry] = {
     "memory": Entry(_memory),
     "postgres": Entry(_postgres),
+    "zookeeper": Entry(_zookeeper),
 }
 
 #: name -> entry, for ``SyncReadWriteLock`` and ``SyncSemaphore``.

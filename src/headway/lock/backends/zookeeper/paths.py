@@ -5,6 +5,11 @@ the Redis backend escapes it (``headway._keys.segment``), except that ``/`` (a p
 separator here) and the names ``.`` and ``..`` are hashed too; ``token`` is the 128-bit
 token the waiter will hold, so a create whose reply was lost can be found again; the
 sequence suffix is ZooKeeper's, ten digits, and orders the queue.
+
+A resource's read-write lock and semaphore queue in folders below its exclusive lock's
+(``family_path``): ``<prefix>/<segment>/rw/read-<token>-<sequence>`` (``write-``), and
+``<prefix>/<segment>/permits/permit-<n>-<token>-<sequence>`` with ``n`` the permits the
+request asked for. The exclusive lock's queue ignores these folders (no sequence suffix).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import re
 
 from headway._keys import segment
 
-__all__ = ["check_prefix", "resource_path", "sequence", "token_of"]
+__all__ = ["check_prefix", "family_path", "resource_path", "sequence", "token_of"]
 
 _PREFIX = re.compile(r"(/[A-Za-z0-9_.\-@]+)+")
 
@@ -39,6 +44,11 @@ def resource_path(prefix: str, resource: str) -> str:
     return f"{prefix}/{name}"
 
 
+def family_path(prefix: str, resource: str, family: str) -> str:
+    """The folder of ``resource``'s queue in a lock ``family`` ("rw" or "permits")."""
+    return f"{resource_path(prefix, resource)}/{family}"
+
+
 def sequence(name: str) -> int:
     """The queue position of a waiter's node (its ZooKeeper sequence suffix)."""
     _, _, digits = name.rpartition("-")
@@ -46,5 +56,6 @@ def sequence(name: str) -> int:
 
 
 def token_of(name: str) -> str:
-    """The token a waiter's node was created for."""
-    return name.rpartition("-")[0]
+    """The token a waiter's node was created for ("" for a family's folder)."""
+    parts = name.rsplit("-", 2)
+    return parts[-2] if len(parts) > 1 else ""
