@@ -155,10 +155,6 @@ class _Held:
     busy: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
-async def _close(conn: AsyncConnection) -> None:
-    await conn.close()
-
-
 async def _discard(conn: AsyncConnection) -> None:
     """Close the connection for good: the session ends, and its locks with it."""
     with contextlib.suppress(Exception):
@@ -238,11 +234,8 @@ class MySQLLockBackend:
         for retry in (True, False):
             try:
                 # Shielded: on cancellation the checkout and the setup end first, then
-                # the connection goes back.
-                conn = await run_to_end(
-                    self._bounded(self.engine.connect().start(), wait + self.timeout), _close
-                )
-                await run_to_end(self._setup(conn, ttl_ms))
+                # the connection goes back to the pool as it was.
+                return await run_to_end(self._open(wait, ttl_ms), self._give_back)
             except sqlalchemy.exc.DBAPIError as exc:
                 # A pooled connection the server closed meanwhile (a restart, an idle
                 # timeout): SQLAlchemy invalidated it; a fresh one is worth one more try.
@@ -250,16 +243,16 @@ class MySQLLockBackend:
                     raise self._unavailable(exc) from exc
             except _UNAVAILABLE as exc:
                 raise self._unavailable(exc) from exc
-            else:
-                return conn
         raise AssertionError("unreachable")
 
-    async def _setup(self, conn: AsyncConnection, ttl_ms: int) -> None:
+    async def _open(self, wait: float, ttl_ms: int) -> AsyncConnection:
+        conn = await self._bounded(self.engine.connect().start(), wait + self.timeout)
         try:
             await self._bounded(conn.execute(_SETUP, {"ttl": _seconds(ttl_ms)}), self.timeout)
         except BaseException:
             await _discard(conn)
             raise
+        return conn
 
     async def _grant(self, conn: AsyncConnection, name: str, wait: float) -> int:
         """The fence if the lock was granted within ``wait`` s, else 0."""
