@@ -58,6 +58,7 @@ def test_all_is_pinned() -> None:
         "MemoryRateLimitBackend",
         "ModalLockBackend",
         "MonotonicClock",
+        "MySQLLockBackend",
         "OpenTelemetryMetrics",
         "Policy",
         "PolicyDecision",
