@@ -40,12 +40,12 @@ EXISTS``, which needs the CREATE privilege) and its rows may be deleted at any
 time. The tokens are this server's: after a failover to a replica whose clock
 is behind, a store may reject writes until fences catch up.
 
-**Names**: ``GET_LOCK`` names are server-wide and at most 64 characters; a
-resource's is ``headway:`` and the first 56 hex digits of the SHA-256 of the
-engine's database name and the resource (``lock_name``), so any resource (long,
-any case, any character) fits, and two databases on one server do not share
-locks, as PostgreSQL's advisory locks are per database. Two resources collide
-with probability 2**-224.
+**Names**: ``GET_LOCK`` names are server-wide, and MySQL takes at most 64
+characters and ignores case; a resource's is ``headway:`` and the first 56 hex
+digits of the SHA-256 of the engine's database name and the resource
+(``lock_name``), so any resource (long, any case, any character) fits, and two
+databases on one server do not share locks, as PostgreSQL's advisory locks are
+per database. Two resources collide with probability 2**-224.
 
 **Session settings**: a lease's session runs with ``autocommit = 1`` (the fence
 is committed with the grant), ``time_zone = '+00:00'`` (for the clock floor) and

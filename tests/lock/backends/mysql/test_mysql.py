@@ -213,7 +213,7 @@ async def test_any_resource_name_is_one_lock(
 
 
 async def test_names_differing_in_case_are_different_locks(backend: MySQLLockBackend) -> None:
-    # MariaDB may compare lock names without case; the hashes never meet.
+    # MySQL compares lock names without case (MariaDB 10.11 does not); the hashes never meet.
     suffix = uuid.uuid4().hex
     upper = await backend.acquire(f"Orders/{suffix}", ttl=5, timeout=0)
     lower = await backend.acquire(f"orders/{suffix}", ttl=5, timeout=0)
