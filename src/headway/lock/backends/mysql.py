@@ -202,7 +202,7 @@ class MySQLLockBackend:
         wait = check_timeout(timeout)
         name = lock_name(resource, self.database)
         sent = self.clock()
-        conn = await self._checkout(wait, ttl_ms)
+        conn, session = await self._checkout(wait, ttl_ms)
         try:
             fence = await self._grant(conn, name, wait)
             if fence and self.clock() - sent > ttl_ms / 1000 / 10:
@@ -218,7 +218,7 @@ class MySQLLockBackend:
         except BaseException as exc:
             # Cancelled or timed out mid-statement: the server may still be waiting,
             # or have granted the lock meanwhile. Interrupt it, then end the session.
-            await run_to_end(self._abandon(conn))
+            await run_to_end(self._abandon(conn, session))
             if isinstance(exc, _UNAVAILABLE):
                 raise self._unavailable(exc) from exc
             raise
@@ -229,13 +229,14 @@ class MySQLLockBackend:
         self._held[token] = _Held(conn, name)
         return Lease(resource, token, fence, sent + ttl_ms / 1000, ttl_ms / 1000)
 
-    async def _checkout(self, wait: float, ttl_ms: int) -> AsyncConnection:
-        """A pooled connection set up for a lease of ``ttl_ms``; it holds nothing yet."""
+    async def _checkout(self, wait: float, ttl_ms: int) -> tuple[AsyncConnection, int]:
+        """A pooled connection set up for a lease of ``ttl_ms``, and its session id; it
+        holds nothing yet."""
         for retry in (True, False):
             try:
                 # Shielded: on cancellation the checkout and the setup end first, then
                 # the connection goes back to the pool as it was.
-                return await run_to_end(self._open(wait, ttl_ms), self._give_back)
+                return await run_to_end(self._open(wait, ttl_ms), self._give_back_opened)
             except sqlalchemy.exc.DBAPIError as exc:
                 # A pooled connection the server closed meanwhile (a restart, an idle
                 # timeout): SQLAlchemy invalidated it; a fresh one is worth one more try.
@@ -245,14 +246,17 @@ class MySQLLockBackend:
                 raise self._unavailable(exc) from exc
         raise AssertionError("unreachable")
 
-    async def _open(self, wait: float, ttl_ms: int) -> AsyncConnection:
+    async def _open(self, wait: float, ttl_ms: int) -> tuple[AsyncConnection, int]:
         conn = await self._bounded(self.engine.connect().start(), wait + self.timeout)
         try:
             await self._bounded(conn.execute(_SETUP, {"ttl": _seconds(ttl_ms)}), self.timeout)
+            return conn, await self._session_id(conn)
         except BaseException:
             await _discard(conn)
             raise
-        return conn
+
+    async def _give_back_opened(self, opened: tuple[AsyncConnection, int]) -> None:
+        await self._give_back(opened[0])
 
     async def _grant(self, conn: AsyncConnection, name: str, wait: float) -> int:
         """The fence if the lock was granted within ``wait`` s, else 0."""
@@ -267,14 +271,22 @@ class MySQLLockBackend:
             result = await self._bounded(conn.execute(_GRANT, params), wait + self.timeout)
         return int(result.lastrowid or 0) if result.rowcount else 0
 
-    async def _abandon(self, conn: AsyncConnection) -> None:
+    async def _session_id(self, conn: AsyncConnection) -> int:
+        """The server's id of ``conn``'s session (``KILL QUERY`` needs it): aiomysql has it
+        from the handshake; another driver is asked once."""
+        raw = await conn.get_raw_connection()
+        thread_id = getattr(raw.driver_connection, "thread_id", None)
+        if callable(thread_id):
+            return int(thread_id())
+        query = conn.execute(text("SELECT CONNECTION_ID()"))
+        return int((await self._bounded(query, self.timeout)).scalar_one())
+
+    async def _abandon(self, conn: AsyncConnection, session: int) -> None:
         """End a session whose lock statement we stopped reading, leaving nothing held."""
         with contextlib.suppress(Exception):
-            raw = await conn.get_raw_connection()
-            thread_id = int(raw.driver_connection.thread_id())  # type: ignore[union-attr]
             async with asyncio.timeout(self.timeout), self.engine.connect() as killer:
                 # A closed socket does not end a GET_LOCK wait: the server must be told.
-                await killer.execute(text(f"KILL QUERY {thread_id}"))
+                await killer.execute(text(f"KILL QUERY {session}"))
         await _discard(conn)
 
     async def _give_back(self, conn: AsyncConnection) -> None:
