@@ -49,8 +49,9 @@ per database. Two resources collide with probability 2**-224.
 
 **Session settings**: a lease's session runs with ``autocommit = 1`` (the fence
 is committed with the grant), ``time_zone = '+00:00'`` (for the clock floor) and
-its TTL as ``wait_timeout``; the values it had are saved in user variables and
-put back before the connection returns to the pool.
+its TTL as ``wait_timeout``, and the fence passes through ``LAST_INSERT_ID``; the
+values it had are saved in user variables and put back before the connection
+returns to the pool.
 
 Each waiting or held lease occupies one connection of ``engine``'s pool: give
 the backend an engine of its own, sized for the locks held at once (plus one
@@ -95,6 +96,7 @@ CREATE TABLE IF NOT EXISTS headway_lock_fences (
 # saved values are the session's own.
 _SETUP = text("""
 SET @headway_autocommit = @@session.autocommit,
+    @headway_last_insert_id = LAST_INSERT_ID(),
     @headway_time_zone = @@session.time_zone,
     @headway_wait_timeout = @@session.wait_timeout,
     SESSION autocommit = 1, SESSION time_zone = '+00:00', SESSION wait_timeout = :ttl
@@ -113,6 +115,7 @@ ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(
 # Any statement restarts the server's idle timer; this one also sets its new length.
 _TOUCH = text("SET SESSION wait_timeout = :ttl")
 _RESTORE = """
+    @headway_last_insert_id = LAST_INSERT_ID(@headway_last_insert_id),
     SESSION autocommit = @headway_autocommit,
     SESSION time_zone = @headway_time_zone,
     SESSION wait_timeout = @headway_wait_timeout

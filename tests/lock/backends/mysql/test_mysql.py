@@ -52,7 +52,8 @@ async def test_acquire_release(
 async def test_pooled_sessions_get_their_settings_back(mysql_url: str, resource: str) -> None:
     engine = create_async_engine(mysql_url, pool_size=2, max_overflow=0)
     read = sa.text(
-        "SELECT CONNECTION_ID(), @@session.autocommit, @@session.wait_timeout, @@session.time_zone"
+        "SELECT CONNECTION_ID(), @@session.autocommit, @@session.wait_timeout,"
+        " @@session.time_zone, LAST_INSERT_ID()"
     )
 
     async def both() -> set[tuple[object, ...]]:
@@ -60,6 +61,8 @@ async def test_pooled_sessions_get_their_settings_back(mysql_url: str, resource:
             return {tuple((await c.execute(read)).one()) for c in (one, two)}
 
     try:
+        async with engine.connect() as conn:  # a session whose LAST_INSERT_ID is not 0
+            await conn.execute(sa.text("SELECT LAST_INSERT_ID(42)"))
         before = await both()
         backend = MySQLLockBackend(engine)
         lease = await backend.acquire(resource, ttl=1, timeout=0)
