@@ -12,7 +12,7 @@ every (fence, accepted).
 
 Usage: python -m tests.lock.safety_worker BACKEND WORKERS TABLE RESOURCE TTL SOCKET
 with HEADWAY_TEST_REDIS_URL / HEADWAY_TEST_DATABASE_URL (and, for zookeeper,
-HEADWAY_TEST_ZOOKEEPER_HOSTS) in the environment.
+HEADWAY_TEST_ZOOKEEPER_HOSTS; for mysql, HEADWAY_TEST_MYSQL_URL) in the environment.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from headway import (
     RedisLockBackend,
     ZooKeeperLockBackend,
 )
+from headway.lock.backends.mysql import MySQLLockBackend
 from headway.lock.backends.postgres import PostgresLockBackend
 from headway.lock.fencing import fenced_update
 
@@ -105,6 +106,14 @@ async def run(
             os.environ["HEADWAY_TEST_ZOOKEEPER_HOSTS"], session_timeout=ZK_SESSION
         )
         close = zk_backend.aclose
+    elif backend_name == "mysql":
+        mysql_engine = create_async_engine(os.environ["HEADWAY_TEST_MYSQL_URL"], pool_size=3)
+        backend = mysql_backend = MySQLLockBackend(mysql_engine)
+
+        async def close() -> None:
+            await mysql_backend.aclose()
+            await mysql_engine.dispose()
+
     else:
         backend = pg_backend = PostgresLockBackend(engine)
         close = pg_backend.aclose
@@ -161,6 +170,8 @@ def main() -> None:
     backend_name, workers, table, resource, ttl, path = sys.argv[1:7]
     # Load the dialect (imported lazily, on first use) once, before forking.
     create_async_engine(os.environ["HEADWAY_TEST_DATABASE_URL"])
+    if backend_name == "mysql":
+        create_async_engine(os.environ["HEADWAY_TEST_MYSQL_URL"])
     pids = []
     for worker in range(int(workers)):
         # Fork before any event loop or thread exists: each child builds its own clients.

@@ -43,8 +43,8 @@ WORKERS = 8
 TTL = 0.6
 PAUSE = 1.5  # well past the TTL (and ZooKeeper's 1 s session): another worker takes over
 #: Backends whose leases outlive the TTL: etcd holds a lease for whole seconds, 2 s at
-#: least, and revokes expired leases every 0.5 s.
-PAUSES = {"etcd": 3.5}
+#: least, and revokes expired leases every 0.5 s; MySQL's wait_timeout is whole seconds.
+PAUSES = {"etcd": 3.5, "mysql": 2.5}
 #: Where each pause lands: after the grant ("held") or after the read ("read").
 SCHEDULE = ("held", "read", "held", "held", "read", "held")
 #: Sections begun (by anyone) between two pauses, and by each worker after the last one.
@@ -157,7 +157,10 @@ async def run_workers(
     return run
 
 
-@pytest.mark.parametrize("backend", ["redis", "postgres", "etcd", "zookeeper"])
+@pytest.mark.parametrize(
+    "backend",
+    ["redis", "postgres", "etcd", "zookeeper", pytest.param("mysql", marks=pytest.mark.mysql)],
+)
 async def test_paused_holders_cannot_corrupt_the_register(
     backend: str,
     redis_url: str,
@@ -176,6 +179,8 @@ async def test_paused_holders_cannot_corrupt_the_register(
         urls = {"HEADWAY_TEST_REDIS_URL": redis_url, "HEADWAY_TEST_DATABASE_URL": postgres_url}
         if backend == "etcd":
             urls["HEADWAY_TEST_ETCD_URL"] = request.getfixturevalue("etcd_url")
+        if backend == "mysql":
+            urls["HEADWAY_TEST_MYSQL_URL"] = request.getfixturevalue("mysql_url")
         if backend == "zookeeper":
             # Its own server with 100 ms ticks, so a session (the lease) can end within PAUSE.
             urls["HEADWAY_TEST_ZOOKEEPER_HOSTS"] = request.getfixturevalue("fast_zookeeper").hosts
