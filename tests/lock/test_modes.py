@@ -286,7 +286,7 @@ async def test_a_writer_is_not_starved_by_a_stream_of_readers(
     started after the writer held its place; "in flight" if it started before but was
     not answered yet (it may have reached the queue before or after the writer).
     """
-    readers, hold, limit = 4, 0.04, 25
+    readers, hold, limit = 4, 0.1, 25
     rw = ReadWriteLock(modal_backend, "stream", ttl=10, timeout=30)
     log: list[tuple[str, int, bool]] = []  # (what, reader or -1 for the writer, behind)
     acquiring = [False] * readers
