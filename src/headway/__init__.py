@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         ResultNotSerializable,
     )
     from headway.idempotency.callers import ScopeFunction, by_credentials
+    from headway.idempotency.contract import RecordBackend
     from headway.idempotency.events import IdempotencyEvent, IdempotencyEventKind, IdempotencyHook
     from headway.idempotency.fingerprints import (
         FingerprintFunction,
@@ -63,10 +64,13 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.metrics.prometheus import PrometheusMetrics
     from headway.ratelimit.backends.contract import (
         ConcurrencyBackend,
+        LeasingBackend,
         RateLimitBackend,
         SyncConcurrencyBackend,
+        SyncLeasingBackend,
         SyncRateLimitBackend,
         decide_states,
+        lease_states,
         state_names,
     )
     from headway.ratelimit.backends.memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
@@ -87,7 +91,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.ratelimit.http.refusals import RefusalContext, RefusalHook
     from headway.ratelimit.http.rules import LimiterSettings, PolicyFunction, Rule
     from headway.ratelimit.leasing import Leasing
-    from headway.ratelimit.limiter import RateLimiter, SyncRateLimiter
+    from headway.ratelimit.limiter import RateLimiter
     from headway.ratelimit.policies import (
         Concurrency,
         FixedWindow,
@@ -98,6 +102,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         TokenBucket,
     )
     from headway.ratelimit.slots import Admission, Grant
+    from headway.ratelimit.sync_limiter import SyncRateLimiter
 
 #: Where each public name lives: module -> names. Keep it in step with the imports above
 #: (``tests/test_exported_members.py`` checks both against ``__all__``).
@@ -118,6 +123,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "LockNotOwned",
     ),
     "headway.idempotency.callers": ("ScopeFunction", "by_credentials"),
+    "headway.idempotency.contract": ("RecordBackend",),
     "headway.idempotency.events": ("IdempotencyEvent", "IdempotencyEventKind", "IdempotencyHook"),
     "headway.idempotency.fingerprints": (
         "FingerprintFunction",
@@ -145,10 +151,13 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway.lock.shared": ("ReadWriteLock", "Semaphore", "SyncReadWriteLock", "SyncSemaphore"),
     "headway.ratelimit.backends.contract": (
         "ConcurrencyBackend",
+        "LeasingBackend",
         "RateLimitBackend",
         "SyncConcurrencyBackend",
+        "SyncLeasingBackend",
         "SyncRateLimitBackend",
         "decide_states",
+        "lease_states",
         "state_names",
     ),
     "headway.ratelimit.backends.memory": ("MemoryRateLimitBackend", "SyncMemoryRateLimitBackend"),
@@ -167,7 +176,8 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway.ratelimit.http.middleware": ("RateLimitMiddleware",),
     "headway.ratelimit.http.rules": ("LimiterSettings", "PolicyFunction", "Rule"),
     "headway.ratelimit.leasing": ("Leasing",),
-    "headway.ratelimit.limiter": ("RateLimiter", "SyncRateLimiter"),
+    "headway.ratelimit.limiter": ("RateLimiter",),
+    "headway.ratelimit.sync_limiter": ("SyncRateLimiter",),
     "headway.ratelimit.policies": (
         "Concurrency",
         "FixedWindow",
@@ -239,6 +249,7 @@ __all__ = [
     "LeakyBucket",
     "Lease",
     "Leasing",
+    "LeasingBackend",
     "LimiterSettings",
     "Lock",
     "LockBackend",
@@ -268,6 +279,7 @@ __all__ = [
     "RateLimitRefused",
     "RateLimiter",
     "ReadWriteLock",
+    "RecordBackend",
     "RecordStore",
     "RedisLockBackend",
     "RedisRateLimitBackend",
@@ -285,6 +297,7 @@ __all__ = [
     "Source",
     "SyncConcurrencyBackend",
     "SyncConcurrencyLimiter",
+    "SyncLeasingBackend",
     "SyncLock",
     "SyncLockBackend",
     "SyncMemoryRateLimitBackend",
@@ -306,6 +319,7 @@ __all__ = [
     "fingerprint_fields",
     "idempotent",
     "idempotent_function",
+    "lease_states",
     "rate_limit",
     "state_names",
 ]

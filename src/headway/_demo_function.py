@@ -6,7 +6,7 @@ import asyncio
 import datetime
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from headway._demo_ratelimit import Say
@@ -70,6 +70,16 @@ async def _async_calls(say: Say, store: RecordStore) -> None:
     proceed.set()
     answers = await five
     show("m-2 delivered 5 times at once", f"{len({str(a) for a in answers})} distinct answer")
+    await _failures(show, send_invoice)
+    await _unstorable(show, options)
+    say(f"  emails sent: {len(sent)} for {len(deliveries)} deliveries of 3 messages")
+
+
+async def _failures(
+    show: Callable[[str, object], None],
+    send_invoice: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]],
+) -> None:
+    """A failed run is not stored (the redelivery runs again); another body is refused."""
     for attempt in ("m-3 (mail server down)", "m-3 redelivered"):
         try:
             show(attempt, await send_invoice({"id": "m-3"}))
@@ -79,9 +89,6 @@ async def _async_calls(say: Say, store: RecordStore) -> None:
         await send_invoice({"id": "m-1", "amount": 5})
     except IdempotencyKeyReused:
         show("m-1 again with another body", "IdempotencyKeyReused")
-
-    await _unstorable(show, options)
-    say(f"  emails sent: {len(sent)} for {len(deliveries)} deliveries of 3 messages")
 
 
 async def _unstorable(show: Callable[[str, object], None], options: dict[str, Any]) -> None:

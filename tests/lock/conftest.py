@@ -218,6 +218,7 @@ def pytest_configure(config: pytest.Config) -> None:
 #: backends that are a ``ModalLockBackend``. A new one is one entry here.
 MODAL_BACKENDS: dict[str, Entry] = {
     "memory": Entry(_memory),
+    "postgres": Entry(_postgres),
 }
 
 #: name -> entry, for ``SyncReadWriteLock`` and ``SyncSemaphore``.

@@ -207,3 +207,79 @@ async def test_bad_arguments_raise_value_error(lock_backend: LockBackend) -> Non
         await lock.acquire(timeout=10**9)
     with pytest.raises(TypeError):
         Lock(lock_backend, None)  # type: ignore[arg-type]
+
+
+# What a backend owes the queue, seen through the public ``Lock`` alone: these run over a
+# backend that implements ``LockBackend`` directly too, where test_queued.py cannot.
+
+#: How long a waiter's request is given to reach the store before the next one asks. The
+#: contract has no "in line" signal, so this is the one pause the FIFO test cannot avoid.
+ARRIVAL = 0.1
+
+
+@pytest.mark.needs("fifo")
+async def test_waiters_are_granted_in_the_order_they_asked(lock_backend: LockBackend) -> None:
+    lock = Lock(lock_backend, "fifo", ttl=30, timeout=30)
+    holder = await lock.acquire()
+    asked = [asyncio.Event() for _ in range(4)]
+    granted: list[int] = []
+    fences: list[int] = []
+
+    async def waiter(i: int) -> None:
+        asked[i].set()
+        lease = await lock.acquire()
+        granted.append(i)
+        fences.append(lease.fence)
+        await lock.release(lease)
+
+    tasks = []
+    for i in range(4):
+        tasks.append(asyncio.create_task(waiter(i)))
+        await asked[i].wait()
+        await asyncio.sleep(ARRIVAL)
+    assert granted == []  # nobody got in past the holder
+    await lock.release(holder)
+    # A newcomer asking after the release comes after every waiter already in line.
+    with pytest.raises(LockNotAcquired):
+        await lock.acquire(timeout=0)
+    await asyncio.gather(*tasks)
+    assert granted == [0, 1, 2, 3]
+    assert fences == sorted(set(fences))  # strictly increasing, grant after grant
+    assert fences[0] > holder.fence
+
+
+@pytest.mark.needs("short_ttl")
+async def test_a_lapsed_lease_lets_the_waiter_in_and_is_spent(lock_backend: LockBackend) -> None:
+    lock = Lock(lock_backend, "r", ttl=0.2)
+    stale = await lock.acquire()
+    waited_from = asyncio.get_running_loop().time()
+    # Never released: the waiter must get in when the lease runs out, long before its
+    # timeout (a backend that waits for a release, or for the timeout, fails here).
+    fresh = await lock.acquire(timeout=10, ttl=5)
+    assert asyncio.get_running_loop().time() - waited_from < 5
+    assert fresh.fence > stale.fence
+    with pytest.raises(LockNotOwned):
+        await lock.extend(stale)
+    with pytest.raises(LockNotOwned):
+        await lock.release(stale)
+    with pytest.raises(LockNotAcquired):  # and the stale calls left the new holder alone
+        await lock.acquire(timeout=0)
+    await lock.release(fresh)
+
+
+@pytest.mark.needs("short_ttl")
+async def test_a_lapsed_lease_nobody_took_cannot_be_released_or_extended(
+    lock_backend: LockBackend,
+) -> None:
+    lock = Lock(lock_backend, "r", ttl=0.1)
+    stale = await lock.acquire()
+    await asyncio.sleep(0.25)  # let the lease run out (real time, wide margin); nobody asks
+    # No one took the lock over, but the lease is over all the same: renewing it would
+    # hand its holder a lock the store already counted as free.
+    with pytest.raises(LockNotOwned):
+        await lock.extend(stale, ttl=5)
+    with pytest.raises(LockNotOwned):
+        await lock.release(stale)
+    lease = await lock.acquire(timeout=0)
+    assert lease.fence > stale.fence
+    await lock.release(lease)

@@ -24,10 +24,12 @@ async def queued(
     """Start ``start()`` in a task and return once its request holds a place in line.
 
     Queued backends are watched through the driver's ``_attempt`` (the first refused
-    attempt queues the waiter); others are trusted after their first refusal shows up
-    as a refused probe of the same mode with ``timeout=0``.
+    attempt queues the waiter); a backend whose server keeps the line says how many
+    requests are in it, ``waiting(resource)``, which must rise.
     """
     backend: Any = lock.backend
+    if not hasattr(backend, "_attempt"):
+        return await _queued_by_count(lock, start)
     refused = asyncio.Event()
     original = backend._attempt
 
@@ -46,6 +48,20 @@ async def queued(
         assert not task.done(), "the request was answered instead of queued"
     finally:
         backend._attempt = original
+    return task
+
+
+async def _queued_by_count(
+    lock: Lock, start: Callable[[], Coroutine[Any, Any, Lease]]
+) -> asyncio.Task[Lease]:
+    # The line is server state, with no event to wait for: polled.
+    backend: Any = lock.backend
+    before = await backend.waiting(lock.resource)
+    task = asyncio.create_task(start())
+    while await backend.waiting(lock.resource) <= before:
+        assert not task.done(), "the request was answered instead of queued"
+        await asyncio.sleep(0.005)
+    assert not task.done(), "the request was answered instead of queued"
     return task
 
 

@@ -80,6 +80,29 @@ async def test_two_limiters_share_one_quota_and_return_leases(
 
 
 @pytest.mark.needs("lease")
+@pytest.mark.parametrize(
+    "policy",
+    [
+        FixedWindow(20, 3600.0),
+        SlidingCounter(20, 3600.0),
+        TokenBucket(20, 1, 3600.0),
+        LeakyBucket(20, 1, 3600.0),
+    ],
+    ids=lambda p: p.name,
+)
+async def test_every_leased_algorithm_takes_unspent_units_back(
+    make_backend: BackendFactory, policy: Policy
+) -> None:
+    backend = make_backend()
+    leased = RateLimiter(policy, backend=backend, lease=Leasing(chunk=20, share=1))
+    plain = RateLimiter(policy, backend=backend)  # the same states: one quota
+    assert (await leased.hit("k")).allowed  # leases all 20 (no hold gap: none would be left)
+    assert (await plain.peek("k")).remaining == 0
+    await leased.return_leases()  # 19 unspent units go back
+    assert (await plain.peek("k")).remaining == 19
+
+
+@pytest.mark.needs("lease")
 async def test_reset_drops_the_lease_too(make_backend: BackendFactory) -> None:
     limiter = RateLimiter(
         FixedWindow(10, 3600.0), backend=make_backend(), lease=Leasing(chunk=10, share=1)

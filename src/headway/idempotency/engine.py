@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from headway._errors import BackendUnavailable, LockLost, LockNotAcquired, LockNotOwned
+from headway.idempotency.contract import RecordBackend
 from headway.idempotency.events import IdempotencyEventKind, IdempotencyHook
 from headway.idempotency.hooks import emit
 from headway.idempotency.record import Claim, ClaimOutcome, Record, StoredResponse
 from headway.idempotency.renewal import RequestLeases
-from headway.idempotency.store import RecordStore
 from headway.idempotency.table import Status
 from headway.lock.contract import LockBackend
 from headway.lock.driver import run_to_end
@@ -104,7 +104,7 @@ class Engine:
     """Claim, run, and complete or release one key's record, for one face's options
     (``lease_ttl`` and ``wait`` in seconds, checked as the lock checks them)."""
 
-    store: RecordStore
+    store: RecordBackend
     lock_backend: LockBackend
     lease_ttl: float
     wait: float
@@ -133,7 +133,7 @@ class Engine:
             sent = time.monotonic()
             claim = await self.store.claim(
                 call.caller, call.key, call.fingerprint,
-                fence=None, lease_token=new_token(), lease_ttl=self.lease_ttl,
+                lease_token=new_token(), lease_ttl=self.lease_ttl,
             )  # fmt: skip
             if self.wait == 0:
                 lease = await self._locked(acquiring, call, claim)

@@ -29,6 +29,7 @@ from headway._errors import (
 )
 from headway.idempotency.arguments import CallIdentity
 from headway.idempotency.callers import scope_id
+from headway.idempotency.contract import RecordBackend
 from headway.idempotency.engine import Call, Engine, Found
 from headway.idempotency.events import IdempotencyHook
 from headway.idempotency.portal import submit
@@ -58,7 +59,7 @@ class IdempotentDecorator(Protocol):
 
 def idempotent_function(
     *,
-    store: RecordStore | None = None,
+    store: RecordBackend | None = None,
     lock_backend: LockBackend | None = None,
     key: Callable[..., str] | None = None,
     namespace: str | None = None,
@@ -77,22 +78,16 @@ def idempotent_function(
     what ``key(*args, **kwargs)`` returns; the same key with different arguments
     raises ``IdempotencyKeyReused``. Keys are scoped by ``namespace`` (default: the
     function's module and qualified name). Results are kept ``ttl`` s (default: the
-    store's) as ``serializer`` (default JSON) writes them; every caller, the first
-    included, gets ``loads(dumps(result))``. A result it cannot store raises
+    store's; only a ``RecordStore`` takes it, a ``RecordBackend`` of your own keeps its
+    own) as ``serializer`` (default JSON) writes them; every caller, the first included,
+    gets ``loads(dumps(result))``. A result it cannot store raises
     ``ResultNotSerializable``. An exception releases the key (a retry runs again),
     unless it is an instance of ``store_errors``: then it is stored and replayed.
     A call while the key runs elsewhere raises ``IdempotencyInProgress``, or with
     ``on_conflict="wait"`` waits up to ``wait_timeout`` s for its result. ``store`` and
     ``lock_backend`` default to a SQLite file and the in-memory lock (one process).
     """
-    if on_conflict not in ("raise", "wait"):
-        raise ValueError(f'on_conflict must be "raise" or "wait", got {on_conflict!r}')
-    check_ttl(lease_ttl)
-    check_timeout(wait_timeout)
-    if ttl is not None:
-        check_ttl(ttl)
-    if not all(isinstance(c, type) and issubclass(c, Exception) for c in store_errors):
-        raise TypeError("store_errors must be a tuple of Exception subclasses")
+    _check_options(on_conflict, ttl, lease_ttl, wait_timeout, store_errors)
     records = store or RecordStore.from_url("sqlite+aiosqlite:///headway.sqlite3")
     if ttl is not None:
         records = _with_ttl(records, ttl)
@@ -107,6 +102,25 @@ def idempotent_function(
         return _wrap(fn, runner, CallIdentity(fn, key, ignore))
 
     return decorate
+
+
+def _check_options(
+    on_conflict: str,
+    ttl: float | None,
+    lease_ttl: float,
+    wait_timeout: float,
+    store_errors: tuple[type[Exception], ...],
+) -> None:
+    """``ValueError`` or ``TypeError`` for an option ``idempotent_function`` cannot use,
+    raised when it is called, before any store is opened."""
+    if on_conflict not in ("raise", "wait"):
+        raise ValueError(f'on_conflict must be "raise" or "wait", got {on_conflict!r}')
+    check_ttl(lease_ttl)
+    check_timeout(wait_timeout)
+    if ttl is not None:
+        check_ttl(ttl)
+    if not all(isinstance(c, type) and issubclass(c, Exception) for c in store_errors):
+        raise TypeError("store_errors must be a tuple of Exception subclasses")
 
 
 def _wrap(fn: Callable[P, R], runner: _Runner, identity: CallIdentity) -> Callable[P, R]:
@@ -129,8 +143,10 @@ def _wrap(fn: Callable[P, R], runner: _Runner, identity: CallIdentity) -> Callab
     return cast(Callable[P, R], run_sync)
 
 
-def _with_ttl(store: RecordStore, ttl: float) -> RecordStore:
+def _with_ttl(store: RecordBackend, ttl: float) -> RecordStore:
     """A store on the same engine (and pool) whose records are kept ``ttl`` s."""
+    if not isinstance(store, RecordStore):  # how long records are kept is a store's own
+        raise TypeError("ttl= needs a RecordStore: give your own store its ttl instead")
     view = RecordStore(store.engine, ttl=ttl, timeout=store.timeout)
     view._create = store._create  # an embedded store still creates its table on first use
     return view
@@ -142,7 +158,7 @@ class _Runner:
     def __init__(
         self,
         namespace: str,
-        store: RecordStore,
+        store: RecordBackend,
         lock_backend: LockBackend,
         lease_ttl: float,
         wait: float,

@@ -14,6 +14,7 @@ from headway._http import ASGIApp, Receive, Scope, Send, header_values, send_pro
 from headway.idempotency.answers import answer_unavailable, send_answer
 from headway.idempotency.callers import ScopeFunction, by_credentials, identify
 from headway.idempotency.capture import BodyTooLarge, Capture, read_body, replaying
+from headway.idempotency.contract import RecordBackend
 from headway.idempotency.engine import Call, Engine
 from headway.idempotency.events import IdempotencyHook
 from headway.idempotency.fingerprints import (
@@ -58,7 +59,8 @@ class IdempotencyMiddleware:
 
     ``store`` defaults to a SQLite file (``headway.sqlite3``) and
     ``lock_backend`` to the in-memory backend: one process. In production use
-    a ``RecordStore`` on PostgreSQL and a ``RedisLockBackend``.
+    a ``RecordStore`` on PostgreSQL and a ``RedisLockBackend``; a store of your own
+    implements ``RecordBackend``.
 
     Responses up to ``max_body`` bytes are stored whole; a larger one is
     recorded as done without its body, and a retry gets 410 (the request is
@@ -80,7 +82,7 @@ class IdempotencyMiddleware:
         self,
         app: ASGIApp,
         *,
-        store: RecordStore | None = None,
+        store: RecordBackend | None = None,
         lock_backend: LockBackend | None = None,
         methods: Collection[str] = ("POST", "PATCH"),
         required: bool = False,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 from headway._errors import LockNotOwned
-from headway.idempotency.store import RecordStore
+from headway.idempotency.contract import RecordBackend
 from headway.lock.lease import Lease, check_ttl
 from headway.lock.lock import Lock
 from headway.lock.renewal import Renewal
@@ -36,7 +36,7 @@ class RequestLeases:
 
     def __init__(
         self,
-        store: RecordStore,
+        store: RecordBackend,
         scope: str,
         key: str,
         record: Lease,

@@ -62,7 +62,8 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
 
 
 class RecordStore:
-    """Idempotency records in SQL (PostgreSQL, SQLite, MySQL/MariaDB).
+    """Idempotency records in SQL (PostgreSQL, SQLite, MySQL/MariaDB): the built-in
+    ``RecordBackend``, plus what operators need (``forget``, ``purge``, ``aclose``).
 
     ``ttl`` is how long a record is kept (and replayed), in seconds, counted on
     the database's clock. Every operation is bounded by ``timeout`` seconds; a
@@ -226,20 +227,20 @@ class RecordStore:
         key: str,
         fingerprint: str,
         *,
-        fence: int | None,
         lease_token: str,
         lease_ttl: float,
+        fence: int | None = None,
     ) -> Claim:
         """Insert the record as PROCESSING with ``fence`` and a lease, or take it over.
 
-        ``fence`` is the fencing token of the lock lease the caller holds, or
-        None when the database alone provides exclusion (the primary key does;
-        the store then picks the token). The record's lease lasts ``lease_ttl``
-        seconds on the database clock; keep it alive with ``renew``. An expired
-        record is replaced; a PROCESSING record whose lease ran out (its worker
-        died or stalled) is taken over with a newer token; a COMPLETED one is
-        returned for replay. A different fingerprint gives MISMATCH; a live holder BUSY,
-        with ``lease_left``. One statement (one round trip) on PostgreSQL, SQLite and
+        ``fence`` is the fencing token of a lock lease a caller of its own holds, or
+        None (the default, and ``RecordBackend``'s rule, which the engine follows): the
+        database picks the token, and the primary key provides exclusion. The record's
+        lease lasts ``lease_ttl`` seconds on the database clock; keep it alive with
+        ``renew``. An expired record is replaced; a PROCESSING record whose lease ran
+        out (its worker died or stalled) is taken over with a newer token; a COMPLETED
+        one is returned for replay. A different fingerprint gives MISMATCH; a live
+        holder BUSY, with ``lease_left``. One statement (one round trip) on PostgreSQL, SQLite and
         MariaDB.
         """
         if not one_statement(self.engine.dialect):

@@ -117,8 +117,9 @@ class ModalLockBackend(LockBackend, Protocol):
         the live holders, of the requests still waiting ahead of it, and its own fit within
         ``mode.capacity`` (a semaphore's capacity is the newest acquire's: holders past a
         lowered capacity keep their permits, new grants wait). Fences are unique in the
-        family on the resource and rise in queue order (arrival order), so a writer's
-        exceeds every earlier holder's and a reader's every earlier writer's. A release
+        family on the resource; a writer's exceeds every earlier holder's and a reader's
+        every earlier writer's (rising in queue order gives both; requests granted
+        together, such as readers woken at once, may hold theirs in any order). A release
         wakes every waiter that now fits, not just the first. The family is independent
         of the resource's exclusive lock and of the other family.
         """

@@ -1,94 +1,31 @@
-"""``RateLimiter`` and ``SyncRateLimiter``: policies on a backend, with failure modes.
+"""``RateLimiter``: policies on a backend, with failure modes, for async code.
 
-Both are thin shells over the same pure parts (``arguments``, ``blocked``,
-``decision``): they differ only in how they call the backend and how they sleep.
+A thin shell (``shell.Shell``) over the pure parts, awaiting the backend within its
+latency budget; ``sync_limiter.py`` is the blocking twin. Leased quota is decided here
+from the ``Ledger`` (``leasing.py``), with a timer per lease for its hold.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
-import time
-from collections.abc import Callable, Sequence
 from typing import Any
 
-from headway._clock import Clock, MonotonicClock, within
+from headway._clock import Clock, within
 from headway._errors import BackendUnavailable
-from headway.ratelimit.arguments import check_cost, check_policies, check_seconds
-from headway.ratelimit.backends.contract import (
-    LeasingBackend,
-    RateLimitBackend,
-    SyncLeasingBackend,
-    SyncRateLimitBackend,
-)
+from headway.ratelimit.arguments import check_seconds
+from headway.ratelimit.backends.contract import LeasingBackend, RateLimitBackend
 from headway.ratelimit.backends.fast_path import fast_path_of
-from headway.ratelimit.backends.memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
-from headway.ratelimit.blocked import BlockedCache
-from headway.ratelimit.decision import Decision, decision_from_reply, fallback
+from headway.ratelimit.backends.memory import MemoryRateLimitBackend
+from headway.ratelimit.decision import Decision, decision_from_reply
 from headway.ratelimit.leasing import Held, Leasing, Ledger, back_of
 from headway.ratelimit.policies import Policy
-from headway.ratelimit.sync_leasing import SyncLeases
+from headway.ratelimit.shell import Shell, nanoseconds, retry_pause
 
-__all__ = ["RateLimiter", "SyncRateLimiter"]
-
-
-def nanoseconds(clock: Clock) -> Callable[[], int]:
-    """``clock`` in integer nanoseconds: ``time.monotonic_ns`` itself for the default clock.
-
-    A leased decision reads the clock once; the C function saves a Python frame (and
-    the float arithmetic) on the hot path.
-    """
-    if type(clock) is MonotonicClock:
-        return time.monotonic_ns
-    return lambda: round(clock() * 1e9)
+__all__ = ["RateLimiter"]
 
 
-def _pause(decision: Decision, deadline: float, now: float) -> float | None:
-    """How long ``wait`` sleeps before trying again, or None to return ``decision``."""
-    if decision.allowed or decision.failed or decision.retry_after > deadline - now:
-        return None
-    # A little jitter so that clients blocked together do not all retry together.
-    return decision.retry_after + random.uniform(0, min(0.05, decision.retry_after * 0.1))
-
-
-class _Shell:
-    def __init__(
-        self,
-        policies: Sequence[Policy],
-        budget: float,
-        retry_on_error: float,
-        cache_blocked: bool | int,
-        clock: Clock | None,
-    ) -> None:
-        self.policies = check_policies(policies)
-        self.budget = check_seconds("budget", budget)
-        self.retry_on_error = check_seconds("retry_on_error", retry_on_error)
-        self.clock: Clock = clock or MonotonicClock()
-        self.cache: BlockedCache | None = None
-        if cache_blocked:
-            size = 10_000 if cache_blocked is True else int(cache_blocked)
-            self.cache = BlockedCache(self.clock, size)
-
-    def _cached(self, key: str, cost: int) -> Decision | None:
-        if type(key) is not str and not isinstance(key, str):
-            raise TypeError(f"key must be a str, not {type(key).__name__}")
-        check_cost(cost, self.policies)
-        return None if self.cache is None else self.cache.get(key, cost)
-
-    def _failed(self) -> Decision:
-        return fallback(self.policies, self.retry_on_error)
-
-    def _remember(self, key: str, cost: int, decision: Decision, sent: float) -> Decision:
-        if self.cache is not None:
-            self.cache.put(key, cost, decision, sent)
-        return decision
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({', '.join(map(repr, self.policies))})"
-
-
-class RateLimiter(_Shell):
+class RateLimiter(Shell):
     """Several policies guarding each key, checked together in one backend call.
 
     ``budget`` bounds every backend call in seconds: a backend that fails or is
@@ -272,93 +209,6 @@ class RateLimiter(_Shell):
         deadline = self.clock() + check_seconds("timeout", timeout)
         while True:
             decision = await self.hit(key, cost)
-            if (pause := _pause(decision, deadline, self.clock())) is None:
+            if (pause := retry_pause(decision, deadline, self.clock())) is None:
                 return decision
             await asyncio.sleep(pause)
-
-
-class SyncRateLimiter(_Shell):
-    """The synchronous ``RateLimiter``: the same calls, for code without an event loop.
-
-    Safe to share between threads. ``lease`` works as in ``RateLimiter``, except that
-    a lease whose hold ended goes back with the next lease call rather than on a timer
-    (``ratelimit/sync_leasing.py``).
-
-    The latency budget is enforced by the backend's client (its socket timeout,
-    see ``SyncRedisRateLimitBackend.from_url``); failures within it give the
-    failure-mode decision as in ``RateLimiter``.
-    """
-
-    def __init__(
-        self,
-        *policies: Policy,
-        backend: SyncRateLimitBackend | None = None,
-        retry_on_error: float = 1.0,
-        cache_blocked: bool | int = False,
-        clock: Clock | None = None,
-        lease: Leasing | None = None,
-    ) -> None:
-        super().__init__(policies, 0.0, retry_on_error, cache_blocked, clock)
-        self.backend: SyncRateLimitBackend = backend or SyncMemoryRateLimitBackend()
-        self.lease = lease
-        self._leases: SyncLeases | None = None
-        if lease is not None:
-            if not callable(getattr(self.backend, "lease", None)):
-                raise TypeError(f"backend {self.backend!r} cannot lease quota")
-            leasing: SyncLeasingBackend = self.backend  # type: ignore[assignment]
-            self._leases = SyncLeases(lease, self.policies, leasing, nanoseconds(self.clock))
-
-    def decide(self, key: str, cost: int = 1, *, peek: bool = False) -> Decision:
-        """``hit`` (or, with ``peek``, ``peek``) in one call: for callers choosing per call."""
-        if (cached := self._cached(key, cost)) is not None:
-            return cached
-        sent = self.clock()
-        try:
-            if (leases := self._leases) is not None:
-                local = leases.spend(key, cost, peek)
-                decision = local if local is not None else leases.decide(key, cost, peek)
-            else:
-                decision = self.backend.decide(key, self.policies, cost, peek)
-        except BackendUnavailable:
-            return self._failed()
-        return self._remember(key, cost, decision, sent)
-
-    def hit(self, key: str, cost: int = 1) -> Decision:
-        """Charge ``cost`` units to ``key`` if every policy admits them."""
-        leases = self._leases
-        # The leased hot path: a lease covers only valid costs.
-        if (
-            leases is not None
-            and type(key) is str
-            and type(cost) is int
-            and cost > 0
-            and (local := leases.spend(key, cost, False)) is not None
-        ):
-            return local
-        return self.decide(key, cost)
-
-    def peek(self, key: str, cost: int = 1) -> Decision:
-        """The decision ``hit`` would make, without charging anything."""
-        return self.decide(key, cost, peek=True)
-
-    def return_leases(self) -> None:
-        """Give every lease's unspent units back now (see ``RateLimiter.return_leases``)."""
-        if self._leases is not None:
-            self._leases.return_all()
-
-    def reset(self, key: str) -> None:
-        """Forget ``key``'s usage under every policy."""
-        if self.cache is not None:
-            self.cache.forget(key)
-        if self._leases is not None:  # its units were charged to the state forgotten
-            self._leases.forget(key)
-        self.backend.reset(key, self.policies)
-
-    def wait(self, key: str, cost: int = 1, *, timeout: float = 10.0) -> Decision:
-        """Hit ``key`` until admitted, for at most ``timeout`` seconds (see ``RateLimiter``)."""
-        deadline = self.clock() + check_seconds("timeout", timeout)
-        while True:
-            decision = self.hit(key, cost)
-            if (pause := _pause(decision, deadline, self.clock())) is None:
-                return decision
-            time.sleep(pause)

@@ -59,8 +59,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from headway._clock import Clock, MonotonicClock
 from headway._errors import BackendUnavailable, LockNotAcquired, LockNotOwned
+from headway.lock.contract import LockBackend
 from headway.lock.driver import run_to_end
 from headway.lock.lease import Lease, check_timeout, check_ttl, new_token
+from headway.lock.modes import LockMode, ModeKind
 
 __all__ = ["PostgresLockBackend", "advisory_key"]
 
@@ -132,6 +134,12 @@ class PostgresLockBackend:
     """
 
     name = "postgres"
+    #: Read-write locks and semaphores: ``for_mode`` (``postgres_modes.py``).
+    modes: frozenset[ModeKind] = frozenset({"read", "write", "permits"})
+    # The statements of one attempt, waiting and not: a mode view swaps them.
+    _wait_sql = _WAIT
+    _try_sql = _TRY
+    _touch_sql = _TOUCH
 
     def __init__(
         self, engine: AsyncEngine, *, timeout: float = 2.0, clock: Clock | None = None
@@ -142,6 +150,15 @@ class PostgresLockBackend:
         self.timeout = check_timeout(timeout)
         self.clock: Clock = clock or MonotonicClock()
         self._held: dict[str, _Held] = {}
+
+    def for_mode(self, mode: LockMode) -> LockBackend:
+        """A backend holding resources in ``mode`` (see ``ModalLockBackend.for_mode``)."""
+        from headway.lock.backends.postgres_modes import for_mode
+
+        return for_mode(self, mode)
+
+    def _key(self, resource: str) -> int:
+        return advisory_key(resource)
 
     def _unavailable(self, exc: BaseException) -> BackendUnavailable:
         return BackendUnavailable(
@@ -158,7 +175,6 @@ class PostgresLockBackend:
         """Acquire ``resource`` (see ``LockBackend.acquire``); the server does the waiting."""
         ttl_ms = check_ttl(ttl)
         wait = check_timeout(timeout)
-        key = advisory_key(resource)
         sent = self.clock()
         try:
             # Shielded: asyncpg cancelled mid-connect leaves a failed future behind
@@ -169,15 +185,8 @@ class PostgresLockBackend:
             )
         except _UNAVAILABLE as exc:
             raise self._unavailable(exc) from exc
-        params: dict[str, Any] = {"key": key, "ttl": f"{ttl_ms}ms"}
-        if wait > 0:
-            statement, params["wait"] = _WAIT, _ms(wait)
-        else:
-            statement = _TRY
         try:
-            fence = (
-                await self._bounded(conn.execute(statement, params), wait + self.timeout)
-            ).scalar()
+            fence = await self._request(conn, resource, ttl_ms, wait)
             if fence is not None and self.clock() - sent > ttl_ms / 1000 / 10:
                 # We waited: restart the server's TTL timer from a moment we know.
                 sent = self.clock()
@@ -201,6 +210,19 @@ class PostgresLockBackend:
         token = new_token()
         self._held[token] = _Held(conn)
         return Lease(resource, token, int(fence), sent + ttl_ms / 1000, ttl_ms / 1000)
+
+    async def _request(
+        self, conn: AsyncConnection, resource: str, ttl_ms: int, wait: float
+    ) -> int | None:
+        """One statement that waits up to ``wait`` s for the lock: its fence, or None."""
+        params: dict[str, Any] = {"key": self._key(resource), "ttl": f"{ttl_ms}ms"}
+        if wait > 0:
+            statement, params["wait"] = self._wait_sql, _ms(wait)
+        else:
+            statement = self._try_sql
+        result = await self._bounded(conn.execute(statement, params), wait + self.timeout)
+        fence = result.scalar()
+        return None if fence is None else int(fence)
 
     async def _give_back(self, conn: AsyncConnection) -> None:
         """Roll back a transaction that holds no lock and return its connection to the pool."""
@@ -245,9 +267,13 @@ class PostgresLockBackend:
                 raise self._not_owned(lease, "extend", why) from exc
         return lease.renewed(ttl_ms, sent)
 
+    def _touch_params(self, ttl_ms: int) -> dict[str, Any]:
+        return {"ttl": f"{ttl_ms}ms"}
+
     async def _touch(self, token: str, held: _Held, ttl_ms: int, bound: float) -> None:
         try:
-            await self._bounded(held.conn.execute(_TOUCH, {"ttl": f"{ttl_ms}ms"}), bound)
+            statement = held.conn.execute(self._touch_sql, self._touch_params(ttl_ms))
+            await self._bounded(statement, bound)
         except BaseException:
             # A session that failed a statement cannot be trusted to hold anything:
             # end it, so the lock is freed for certain.

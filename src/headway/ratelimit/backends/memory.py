@@ -1,6 +1,7 @@
 """The in-memory rate-limit backend: the embedded default and the reference model.
 
-It decides with ``contract.decide_states`` (the ``model``) over a dict in one process,
+It decides with ``contract.decide_states`` (the ``model``) and leases with
+``contract.lease_states`` (the ``lease_model``) over a dict in one process,
 with the scripts' semantics: one state per policy (``contract.state_names``), the same
 TTLs (an expired state reads as missing), the same replies, and the same concurrency
 slots (leases that end unless renewed). Time comes from an injectable clock (monotonic
@@ -17,10 +18,9 @@ from typing import Any
 from headway._clock import Clock, MonotonicClock
 from headway._errors import BackendUnavailable
 from headway.ratelimit.algorithms import PolicySet
-from headway.ratelimit.backends.contract import decide_states, state_names
+from headway.ratelimit.backends.contract import decide_states, lease_states, state_names
 from headway.ratelimit.backends.fast_path import FastPath
 from headway.ratelimit.decision import Decision, decision_from_reply
-from headway.ratelimit.lease_model import give_back, lease
 from headway.ratelimit.leasing import Leasing
 from headway.ratelimit.policies import Concurrency, Policy
 from headway.ratelimit.slots import Grant, slot_key
@@ -60,26 +60,20 @@ class _Store:
         back: tuple[int, Sequence[int]],
         now_us: int | None = None,
     ) -> list[int]:
-        """Lease (``lease_model``); ``now_us`` (else the clock's) for the model's tests."""
-        policies = PolicySet.of(policies)
+        """Lease (``lease_states``); ``now_us`` (else the clock's) for the model's tests."""
+        names = state_names(key, policies)
         with self._mutex:
             now = self._now() if now_us is None else now_us
-            keys = state_names(key, policies)
-            states = [self._get(k, now) for k in keys]
-            leases = policies.leases
-            units, marks = back
-            if units:
-                for i, (k, (_, a, _)) in enumerate(zip(keys, policies.specs, strict=True)):
-                    returned = give_back(leases[i], states[i], marks[i], units, a)
-                    if returned is not None:  # the state keeps its expiry
-                        states[i] = returned
-                        self.entries[k] = (returned, self.entries[k][1])
-            if cost == 0:
-                return [0]
-            terms = (leasing.chunk, leasing.permille, leasing.hold_us)
-            reply, writes = lease(states, policies.checks, leases, now, cost, *terms)
-            for k, (state, ttl_us) in zip(keys, writes or (), strict=False):
-                self.entries[k] = (state, now + max(1, -(-ttl_us // 1000)) * 1000)
+            states = [self._get(name, now) for name in names]
+            reply, writes = lease_states(policies, states, now, cost, leasing, back)
+            for name, write in zip(names, writes, strict=True):
+                if write is None:
+                    continue
+                state, ttl_us = write
+                if ttl_us is None:  # units given back: the state keeps its expiry
+                    self.entries[name] = (state, self.entries[name][1])
+                else:
+                    self.entries[name] = (state, now + max(1, -(-ttl_us // 1000)) * 1000)
             return reply
 
     def _get(self, key: str, now: int) -> Any:
@@ -180,7 +174,7 @@ class MemoryRateLimitBackend:
         leasing: Leasing,
         back: tuple[int, Sequence[int]] = (0, ()),
     ) -> list[int]:
-        """Lease quota (see ``LeasingBackend.lease``): ``lease_model`` over the dict."""
+        """Lease quota (see ``LeasingBackend.lease``): ``lease_states`` over the dict."""
         return self._store.lease(key, policies, cost, leasing, back)
 
     async def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
@@ -220,7 +214,7 @@ class SyncMemoryRateLimitBackend:
         leasing: Leasing,
         back: tuple[int, Sequence[int]] = (0, ()),
     ) -> list[int]:
-        """Lease quota (see ``LeasingBackend.lease``): ``lease_model`` over the dict."""
+        """Lease quota (see ``LeasingBackend.lease``): ``lease_states`` over the dict."""
         return self._store.lease(key, policies, cost, leasing, back)
 
     def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:

@@ -227,23 +227,43 @@ class Guard:
                 held = await _take_slot(slots, rule.concurrency, key)
             answers = [answer for answer in (rate, held) if answer is not None]
             checked.extend((rule, answer) for answer in answers)
-            for answer in answers:
-                outcome = self._note(rule, answer)
-                if self.on_decision is not None:
-                    event = RateLimitEvent(
-                        rule.name, identity, route, method, cost, answer, outcome,
-                        shadow and not answer.allowed,
-                    )  # fmt: skip
-                    await self._report(event)
-            refused = next((answer for answer in answers if not answer.allowed), None)
+            refused = await self._tally(rule, answers, shadow, identity, route, method, path, cost)
             if refused is not None:
-                if not shadow:
-                    return await self._refuse(rule, refused, checked, scope, slots)
-                log.info("shadow: rule %r would refuse %s %s for %s", rule.name, method,
-                         path, identity)  # fmt: skip
+                return await self._refuse(rule, refused, checked, scope, slots)
         if not checked:
             return NO_RULE_APPLIED
         return Ruling(response_fields(checked, self.legacy), None, slots)
+
+    async def _tally(
+        self,
+        rule: BoundRule,
+        answers: Sequence[RuleAnswer],
+        shadow: bool,
+        identity: str,
+        route: str | None,
+        method: str,
+        path: str,
+        cost: int,
+    ) -> RuleAnswer | None:
+        """Count a rule's answers and report each to the hook; the refusal to enforce.
+
+        Returns the first answer that refuses, unless the rule is ``shadow`` (then the
+        refusal is only logged), else None.
+        """
+        for answer in answers:
+            outcome = self._note(rule, answer)
+            if self.on_decision is not None:
+                event = RateLimitEvent(
+                    rule.name, identity, route, method, cost, answer, outcome,
+                    shadow and not answer.allowed,
+                )  # fmt: skip
+                await self._report(event)
+        refused = next((answer for answer in answers if not answer.allowed), None)
+        if refused is None or not shadow:
+            return refused
+        log.info("shadow: rule %r would refuse %s %s for %s", rule.name, method, path,
+                 identity)  # fmt: skip
+        return None
 
     async def _unresolved(
         self, rule: BoundRule, identity: str, route: str | None, method: str, failed: Decision

@@ -1,0 +1,109 @@
+"""``SyncRateLimiter``: the blocking ``RateLimiter``, for code without an event loop.
+
+The same shell (``shell.Shell``); the backend's client bounds each call's time, and
+leased quota goes through ``sync_leasing.SyncLeases``.
+"""
+
+from __future__ import annotations
+
+import time
+
+from headway._clock import Clock
+from headway._errors import BackendUnavailable
+from headway.ratelimit.arguments import check_seconds
+from headway.ratelimit.backends.contract import SyncLeasingBackend, SyncRateLimitBackend
+from headway.ratelimit.backends.memory import SyncMemoryRateLimitBackend
+from headway.ratelimit.decision import Decision
+from headway.ratelimit.leasing import Leasing
+from headway.ratelimit.policies import Policy
+from headway.ratelimit.shell import Shell, nanoseconds, retry_pause
+from headway.ratelimit.sync_leasing import SyncLeases
+
+__all__ = ["SyncRateLimiter"]
+
+
+class SyncRateLimiter(Shell):
+    """The synchronous ``RateLimiter``: the same calls, for code without an event loop.
+
+    Safe to share between threads. ``lease`` works as in ``RateLimiter``, except that
+    a lease whose hold ended goes back with the next lease call rather than on a timer
+    (``ratelimit/sync_leasing.py``).
+
+    The latency budget is enforced by the backend's client (its socket timeout,
+    see ``SyncRedisRateLimitBackend.from_url``); failures within it give the
+    failure-mode decision as in ``RateLimiter``.
+    """
+
+    def __init__(
+        self,
+        *policies: Policy,
+        backend: SyncRateLimitBackend | None = None,
+        retry_on_error: float = 1.0,
+        cache_blocked: bool | int = False,
+        clock: Clock | None = None,
+        lease: Leasing | None = None,
+    ) -> None:
+        super().__init__(policies, 0.0, retry_on_error, cache_blocked, clock)
+        self.backend: SyncRateLimitBackend = backend or SyncMemoryRateLimitBackend()
+        self.lease = lease
+        self._leases: SyncLeases | None = None
+        if lease is not None:
+            if not callable(getattr(self.backend, "lease", None)):
+                raise TypeError(f"backend {self.backend!r} cannot lease quota")
+            leasing: SyncLeasingBackend = self.backend  # type: ignore[assignment]
+            self._leases = SyncLeases(lease, self.policies, leasing, nanoseconds(self.clock))
+
+    def decide(self, key: str, cost: int = 1, *, peek: bool = False) -> Decision:
+        """``hit`` (or, with ``peek``, ``peek``) in one call: for callers choosing per call."""
+        if (cached := self._cached(key, cost)) is not None:
+            return cached
+        sent = self.clock()
+        try:
+            if (leases := self._leases) is not None:
+                local = leases.spend(key, cost, peek)
+                decision = local if local is not None else leases.decide(key, cost, peek)
+            else:
+                decision = self.backend.decide(key, self.policies, cost, peek)
+        except BackendUnavailable:
+            return self._failed()
+        return self._remember(key, cost, decision, sent)
+
+    def hit(self, key: str, cost: int = 1) -> Decision:
+        """Charge ``cost`` units to ``key`` if every policy admits them."""
+        leases = self._leases
+        # The leased hot path: a lease covers only valid costs.
+        if (
+            leases is not None
+            and type(key) is str
+            and type(cost) is int
+            and cost > 0
+            and (local := leases.spend(key, cost, False)) is not None
+        ):
+            return local
+        return self.decide(key, cost)
+
+    def peek(self, key: str, cost: int = 1) -> Decision:
+        """The decision ``hit`` would make, without charging anything."""
+        return self.decide(key, cost, peek=True)
+
+    def return_leases(self) -> None:
+        """Give every lease's unspent units back now (see ``RateLimiter.return_leases``)."""
+        if self._leases is not None:
+            self._leases.return_all()
+
+    def reset(self, key: str) -> None:
+        """Forget ``key``'s usage under every policy."""
+        if self.cache is not None:
+            self.cache.forget(key)
+        if self._leases is not None:  # its units were charged to the state forgotten
+            self._leases.forget(key)
+        self.backend.reset(key, self.policies)
+
+    def wait(self, key: str, cost: int = 1, *, timeout: float = 10.0) -> Decision:
+        """Hit ``key`` until admitted, for at most ``timeout`` seconds (see ``RateLimiter``)."""
+        deadline = self.clock() + check_seconds("timeout", timeout)
+        while True:
+            decision = self.hit(key, cost)
+            if (pause := retry_pause(decision, deadline, self.clock())) is None:
+                return decision
+            time.sleep(pause)
