@@ -21,15 +21,16 @@ local k = mode_keys(KEYS)
 local token, ttl_ms, waiter = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local weight, cap = tonumber(ARGV[5]), tonumber(ARGV[6])
 
-local used = prune(k, now_ms)
+local used, pruned = prune(k, now_ms)
 local mine = redis.call('HGET', k.held, token)
 if mine then
   redis.call('ZADD', k.expiries, now_ms + ttl_ms, token)
-  settle(k, now_ms)
+  keep_holders(k, ttl_ms)
   return {1, tonumber(string.match(mine, ':(%d+)$'))}
 end
 
 local queued = redis.call('EXISTS', k.queue) == 1
+local touched = queued
 if queued then
   redis.call('HSET', k.wants, '#cap', cap)
   local now_used, _, own = grant_waiting(k, used, cap, now_us, ARGV[7], '', waiter)
@@ -42,7 +43,11 @@ if queued then
 end
 if not queued and used + weight <= cap then
   local fence = hold(k, token, weight, ttl_ms, now_us, used)
-  settle(k, now_ms)
+  if pruned == 0 and not touched then
+    keep_holders(k, ttl_ms)  -- the common case: a grant, nothing else changed
+  else
+    settle(k, now_ms)
+  end
   return {1, fence}
 end
 

@@ -15,10 +15,11 @@
 -- the fence is kept as the exclusive lock's is (next_fence).
 -- DEFINES
 --   mode_keys(KEYS)  the keys above by name
---   prune(k, now_ms) drop holders whose lease ran out; returns the weight in use
+--   prune(k, now_ms) drop holders whose lease ran out; returns the weight in use, how many
 --   unhold(k, token, used)  drop `token`'s hold; returns the weight in use, or nil if not held
 --   grant_waiting(k, used, cap, now_us, channel, node, own)  grant every waiter that fits
 --   settle(k, now_ms) expire each key with its last lease or place, delete empty ones
+--   keep_holders(k, ttl_ms)  the holders' keys live at least `ttl_ms` (after a grant alone)
 --   soonest_ms(k, now_ms)  the shortest remaining lease (ms), 0 if nobody holds
 
 local function mode_keys(keys)
@@ -40,7 +41,7 @@ local function prune(k, now_ms)
     redis.call('ZREMRANGEBYSCORE', k.expiries, '-inf', now_ms)
     redis.call('HSET', k.held, '#used', used)
   end
-  return used
+  return used, #gone
 end
 
 -- Grant `token` a lease of `weight` for `ttl_ms`: returns its fence.
@@ -121,7 +122,18 @@ end
 
 local function settle(k, now_ms)
   expire_with({k.held, k.expiries}, last_score(k.expiries), now_ms)
-  expire_with({k.queue, k.places, k.wants}, last_score(k.places), now_ms)
+  if redis.call('EXISTS', k.queue, k.places, k.wants) > 0 then
+    expire_with({k.queue, k.places, k.wants}, last_score(k.places), now_ms)
+  end
+end
+
+-- After a grant or a renewal of `ttl_ms`, when nothing else changed: the holders' keys
+-- live at least that long (no shorter lease can have become the last).
+local function keep_holders(k, ttl_ms)
+  if redis.call('PTTL', k.held) < ttl_ms then
+    redis.call('PEXPIRE', k.held, ttl_ms)
+    redis.call('PEXPIRE', k.expiries, ttl_ms)
+  end
 end
 
 local function soonest_ms(k, now_ms)
