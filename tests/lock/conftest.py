@@ -242,12 +242,17 @@ def pytest_configure(config: pytest.Config) -> None:
 #: backends that are a ``ModalLockBackend``. A new one is one entry here.
 MODAL_BACKENDS: dict[str, Entry] = {
     "memory": Entry(_memory),
+    "redis": Entry(_redis),
     "postgres": Entry(_postgres),
     "zookeeper": Entry(_zookeeper),
 }
 
 #: name -> entry, for ``SyncReadWriteLock`` and ``SyncSemaphore``.
-SYNC_MODAL_BACKENDS: dict[str, Entry] = {}
+SYNC_MODAL_BACKENDS: dict[str, Entry] = {
+    "redis": Entry(lambda request: _sync_redis(request, own_connection=True)),
+    # every call through redis-py: releases carry a call id (redis-py may send them twice)
+    "redis-py": Entry(lambda request: _sync_redis(request, own_connection=False)),
+}
 
 _TABLES: Mapping[str, Mapping[str, Entry]] = {
     "lock_backend": LOCK_BACKENDS,
