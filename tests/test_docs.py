@@ -76,3 +76,25 @@ def test_local_links_and_their_anchors_exist(doc: str) -> None:
         ):
             broken.append(target)
     assert broken == [], f"{doc} links to what does not exist: {broken}"
+
+
+REFERENCE = re.compile(r"^::: headway\.(\w+)$", flags=re.MULTILINE)
+
+
+def test_every_public_name_is_on_a_reference_page() -> None:
+    import headway
+
+    listed = [
+        name
+        for page in sorted((ROOT / "docs/reference").glob("*.md"))
+        for name in REFERENCE.findall(page.read_text())
+    ]
+    assert sorted(set(headway.__all__) - set(listed)) == [], "public names on no reference page"
+    assert sorted(set(listed) - set(headway.__all__)) == [], "reference entries not public"
+    assert sorted(n for n in set(listed) if listed.count(n) > 1) == [], "listed twice"
+
+
+def test_every_page_is_in_the_site() -> None:
+    nav = (ROOT / "mkdocs.yml").read_text()
+    pages = [f.removeprefix("docs/") for f in GUIDES if f.startswith("docs/")]
+    assert [p for p in pages if f" {p}\n" not in nav] == []
