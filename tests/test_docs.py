@@ -19,8 +19,9 @@ GUIDES = ["README.md", "benchmarks/README.md"] + [
     f for f in TRACKED if f.startswith("docs/") and f.endswith(".md") and f != "docs/decisions.md"
 ]
 HISTORIES = ["docs/decisions.md", "CHANGELOG.md"]
-#: Files a walkthrough asks the reader to create (docs/extending.md's new algorithm).
-EXAMPLES = {"src/headway/lua/ratelimit/gcra2.lua", "lua/ratelimit/leasing/gcra2.lua"}
+#: Files a walkthrough asks the reader to create (docs/extending.md's new algorithm,
+#: docs/getting-started.md's first app).
+EXAMPLES = {"src/headway/lua/ratelimit/gcra2.lua", "lua/ratelimit/leasing/gcra2.lua", "app.py"}
 
 FILE = re.compile(r"`([A-Za-z0-9_./-]+\.(?:py|lua|sql|md|toml|cfg))`")
 NAME = re.compile(r"`(headway(?:\.[A-Za-z_][A-Za-z0-9_]*)+)`")
@@ -98,3 +99,19 @@ def test_every_page_is_in_the_site() -> None:
     nav = (ROOT / "mkdocs.yml").read_text()
     pages = [f.removeprefix("docs/") for f in GUIDES if f.startswith("docs/")]
     assert [p for p in pages if f" {p}\n" not in nav] == []
+
+
+#: The README's opening: install + demo, install + tests. `.ci/run` runs the second.
+OPENING = """```sh
+python3 -m pip install uv && python3 -m uv run headway demo     # install, run the demo
+python3 -m pip install uv && python3 -m uv run pytest           # install, run the tests
+```"""
+
+
+def test_the_readme_is_a_front_door() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250, "the README is a front door: guides go in docs/"
+    before_first_section = readme.split("\n## ", 1)[0]
+    assert before_first_section.find("```") == before_first_section.find(OPENING) >= 0, (
+        "the README must open with the two commands"
+    )
