@@ -1,5 +1,5 @@
 """The docs name only what exists: files, ``headway.*`` names, and local links with their
-anchors. ``docs/decisions.md`` and ``CHANGELOG.md`` are histories: they may name what was
+anchors. ``docs/decisions/`` and ``CHANGELOG.md`` are histories: they may name what was
 removed since, so only their links are checked."""
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ TRACKED = subprocess.run(
     ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
 ).stdout.split()
 GUIDES = ["README.md", "benchmarks/README.md"] + [
-    f for f in TRACKED if f.startswith("docs/") and f.endswith(".md") and f != "docs/decisions.md"
+    f
+    for f in TRACKED
+    if f.startswith("docs/") and f.endswith(".md") and not f.startswith("docs/decisions/")
 ]
-HISTORIES = ["docs/decisions.md", "CHANGELOG.md"]
+HISTORIES = [f for f in TRACKED if f.startswith("docs/decisions/")] + ["CHANGELOG.md"]
 #: Files a walkthrough asks the reader to create (docs/extending.md's new algorithm,
 #: docs/getting-started.md's first app).
 EXAMPLES = {"src/headway/lua/ratelimit/gcra2.lua", "lua/ratelimit/leasing/gcra2.lua", "app.py"}
@@ -97,7 +99,7 @@ def test_every_public_name_is_on_a_reference_page() -> None:
 
 def test_every_page_is_in_the_site() -> None:
     nav = (ROOT / "mkdocs.yml").read_text()
-    pages = [f.removeprefix("docs/") for f in GUIDES if f.startswith("docs/")]
+    pages = [f.removeprefix("docs/") for f in GUIDES + HISTORIES if f.startswith("docs/")]
     assert [p for p in pages if f" {p}\n" not in nav] == []
 
 
