@@ -59,6 +59,7 @@ def test_all_is_pinned() -> None:
         "MemoryRateLimitBackend",
         "ModalLockBackend",
         "MonotonicClock",
+        "MySQLLockBackend",
         "OpenTelemetryMetrics",
         "Policy",
         "PolicyDecision",

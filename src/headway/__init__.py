@@ -2,7 +2,7 @@
 
 Every public name is imported from here, and only when first used (PEP 562): rate
 limiting alone never loads SQLAlchemy, Alembic or aiosqlite, which the idempotency
-records and the PostgreSQL lock need.
+records and the PostgreSQL and MySQL locks need.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.idempotency.store import RecordStore
     from headway.lock.backends.etcd.backend import EtcdLockBackend
     from headway.lock.backends.memory import MemoryLockBackend
+    from headway.lock.backends.mysql import MySQLLockBackend
     from headway.lock.backends.postgres import PostgresLockBackend
     from headway.lock.backends.redis.backend import RedisLockBackend
     from headway.lock.backends.redis.sync_backend import SyncRedisLockBackend
@@ -134,6 +135,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway.idempotency.record": ("ForgetOutcome",),
     "headway.idempotency.store": ("RecordStore",),
     "headway.lock.backends.memory": ("MemoryLockBackend",),
+    "headway.lock.backends.mysql": ("MySQLLockBackend",),
     "headway.lock.backends.postgres": ("PostgresLockBackend",),
     "headway.lock.backends.redis.backend": ("RedisLockBackend",),
     "headway.lock.backends.redis.sync_backend": ("SyncRedisLockBackend",),
@@ -265,6 +267,7 @@ __all__ = [
     "MemoryRateLimitBackend",
     "ModalLockBackend",
     "MonotonicClock",
+    "MySQLLockBackend",
     "OpenTelemetryMetrics",
     "Policy",
     "PolicyDecision",

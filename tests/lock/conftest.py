@@ -22,6 +22,7 @@ from redis import asyncio as aioredis
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from headway import EtcdLockBackend, MemoryLockBackend, RedisLockBackend, SyncRedisLockBackend
+from headway.lock.backends.mysql import MySQLLockBackend
 from headway.lock.backends.postgres import PostgresLockBackend
 from headway.lock.backends.redlock import RedlockBackend
 from headway.lock.contract import (
@@ -113,6 +114,18 @@ async def _postgres(request: pytest.FixtureRequest) -> AsyncIterator[LockBackend
 
 
 @contextlib.asynccontextmanager
+async def _mysql(request: pytest.FixtureRequest) -> AsyncIterator[LockBackend]:
+    # Lock names are hashed with the database's name: test_h8's do not meet other databases'.
+    engine = create_async_engine(request.getfixturevalue("mysql_url"), pool_size=16)
+    backend = MySQLLockBackend(engine)
+    try:
+        yield backend
+    finally:
+        await backend.aclose()
+        await engine.dispose()
+
+
+@contextlib.asynccontextmanager
 async def _etcd(request: pytest.FixtureRequest) -> AsyncIterator[LockBackend]:
     # The etcd server is shared: a namespace of its own is this test's clean server.
     namespace = f"headway-test/{uuid.uuid4().hex}/"
@@ -172,6 +185,17 @@ LOCK_BACKENDS: dict[str, Entry] = {
         # the tests that watch the driver's attempts cannot run over it.
         lacks={"queued": _NO_QUEUE + " (the server's lock manager queues waiters)"},
     ),
+    "mysql": Entry(
+        _mysql,
+        # GET_LOCK waits in the server's metadata-lock queue: a release grants the oldest
+        # waiter inside the server (measured FIFO in 50 of 50 trials on MariaDB 10.11,
+        # pinned by test_waiters_are_granted_in_arrival_order), so fifo and fair hold.
+        lacks={
+            "queued": _NO_QUEUE + " (the server's GET_LOCK waits)",
+            "short_ttl": "the TTL is the session's wait_timeout, in whole seconds: a 0.1 s "
+            "lease is held on the server for 1 s",
+        },
+    ),
     "etcd": Entry(
         _etcd,
         lacks={
@@ -218,12 +242,17 @@ def pytest_configure(config: pytest.Config) -> None:
 #: backends that are a ``ModalLockBackend``. A new one is one entry here.
 MODAL_BACKENDS: dict[str, Entry] = {
     "memory": Entry(_memory),
+    "redis": Entry(_redis),
     "postgres": Entry(_postgres),
     "zookeeper": Entry(_zookeeper),
 }
 
 #: name -> entry, for ``SyncReadWriteLock`` and ``SyncSemaphore``.
-SYNC_MODAL_BACKENDS: dict[str, Entry] = {}
+SYNC_MODAL_BACKENDS: dict[str, Entry] = {
+    "redis": Entry(lambda request: _sync_redis(request, own_connection=True)),
+    # every call through redis-py: releases carry a call id (redis-py may send them twice)
+    "redis-py": Entry(lambda request: _sync_redis(request, own_connection=False)),
+}
 
 _TABLES: Mapping[str, Mapping[str, Entry]] = {
     "lock_backend": LOCK_BACKENDS,

@@ -12,7 +12,7 @@ every (fence, accepted).
 
 Usage: python -m tests.lock.safety_worker BACKEND WORKERS TABLE RESOURCE TTL SOCKET
 with HEADWAY_TEST_REDIS_URL / HEADWAY_TEST_DATABASE_URL (and, for zookeeper,
-HEADWAY_TEST_ZOOKEEPER_HOSTS) in the environment.
+HEADWAY_TEST_ZOOKEEPER_HOSTS; for mysql, HEADWAY_TEST_MYSQL_URL) in the environment.
 """
 
 from __future__ import annotations
@@ -23,19 +23,21 @@ import os
 import socket
 import sys
 import traceback
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import sqlalchemy as sa
 from redis import asyncio as aioredis
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from headway import (
     EtcdLockBackend,
     Lock,
-    LockBackend,
     LockNotOwned,
     RedisLockBackend,
     ZooKeeperLockBackend,
 )
+from headway.lock.backends.mysql import MySQLLockBackend
 from headway.lock.backends.postgres import PostgresLockBackend
 from headway.lock.fencing import fenced_update
 
@@ -43,16 +45,21 @@ from headway.lock.fencing import fenced_update
 ZK_SESSION = 1.0
 
 
-def tables(name: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
-    """The register (one row) and the log of every attempt, in commit order (``seq``)."""
-    metadata = sa.MetaData()
-    register = sa.Table(
+def register_table(metadata: sa.MetaData, name: str) -> sa.Table:
+    """The fenced register: one row (``id`` 1), its ``value`` and the ``fence`` that wrote it."""
+    return sa.Table(
         name,
         metadata,
         sa.Column("id", sa.Integer, primary_key=True),
         sa.Column("value", sa.Integer, nullable=False),
         sa.Column("fence", sa.BigInteger, nullable=False),
     )
+
+
+def tables(name: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
+    """The register (one row) and the log of every attempt, in commit order (``seq``)."""
+    metadata = sa.MetaData()
+    register = register_table(metadata, name)
     log = sa.Table(
         f"{name}_log",
         metadata,
@@ -85,29 +92,51 @@ class Parent:
         return answer
 
 
+Close = Callable[[], Awaitable[None]]
+
+
+def make_backend(
+    name: str, engine: AsyncEngine, client: aioredis.Redis, namespace: str | None = None
+) -> tuple[Any, Close]:
+    """The backend ``name`` over the environment's servers, and how to close it.
+
+    ``namespace``: etcd keys of its own on the shared server (ZooKeeper's is the test's).
+    """
+    if name == "redis":
+        redis_backend = RedisLockBackend(client)
+        return redis_backend, redis_backend.aclose
+    if name == "etcd":
+        url = os.environ["HEADWAY_TEST_ETCD_URL"]
+        etcd = EtcdLockBackend(url, namespace=namespace) if namespace else EtcdLockBackend(url)
+        return etcd, etcd.aclose
+    if name == "zookeeper":
+        # A session of a second on a server with 100 ms ticks: the lease ttl fits in it,
+        # and a pause past it ends the session (test_safety's PAUSE).
+        zk = ZooKeeperLockBackend(
+            os.environ["HEADWAY_TEST_ZOOKEEPER_HOSTS"], session_timeout=ZK_SESSION
+        )
+        return zk, zk.aclose
+    if name == "mysql":
+        mysql_engine = create_async_engine(os.environ["HEADWAY_TEST_MYSQL_URL"], pool_size=3)
+        mysql = MySQLLockBackend(mysql_engine)
+
+        async def close() -> None:
+            await mysql.aclose()
+            await mysql_engine.dispose()
+
+        return mysql, close
+    assert name == "postgres", name
+    postgres = PostgresLockBackend(engine)
+    return postgres, postgres.aclose
+
+
 async def run(
     backend_name: str, worker: int, table: str, resource: str, ttl: float, parent: Parent
 ) -> None:
     _, register, log = tables(table)
     engine = create_async_engine(os.environ["HEADWAY_TEST_DATABASE_URL"], pool_size=3)
     client = aioredis.Redis.from_url(os.environ["HEADWAY_TEST_REDIS_URL"])
-    backend: LockBackend
-    if backend_name == "redis":
-        backend = redis_backend = RedisLockBackend(client)
-        close = redis_backend.aclose
-    elif backend_name == "etcd":
-        backend = etcd_backend = EtcdLockBackend(os.environ["HEADWAY_TEST_ETCD_URL"])
-        close = etcd_backend.aclose
-    elif backend_name == "zookeeper":
-        # A session of a second on a server with 100 ms ticks: the lease ttl fits in it,
-        # and a pause past it ends the session (test_safety's PAUSE).
-        backend = zk_backend = ZooKeeperLockBackend(
-            os.environ["HEADWAY_TEST_ZOOKEEPER_HOSTS"], session_timeout=ZK_SESSION
-        )
-        close = zk_backend.aclose
-    else:
-        backend = pg_backend = PostgresLockBackend(engine)
-        close = pg_backend.aclose
+    backend, close = make_backend(backend_name, engine, client)
     lock = Lock(backend, resource, ttl=ttl, timeout=60)
     outcomes: list[tuple[int, bool]] = []
     lost_releases = 0
@@ -157,22 +186,29 @@ def work(backend_name: str, worker: int, table: str, resource: str, ttl: float, 
     return 0
 
 
-def main() -> None:
-    backend_name, workers, table, resource, ttl, path = sys.argv[1:7]
+def fork(workers: int, work: Callable[[int], int]) -> None:
+    """Run ``work(i)`` for each worker ``i`` in a child process; exit 1 if any failed."""
     # Load the dialect (imported lazily, on first use) once, before forking.
     create_async_engine(os.environ["HEADWAY_TEST_DATABASE_URL"])
+    if "HEADWAY_TEST_MYSQL_URL" in os.environ:
+        create_async_engine(os.environ["HEADWAY_TEST_MYSQL_URL"])
     pids = []
-    for worker in range(int(workers)):
+    for worker in range(workers):
         # Fork before any event loop or thread exists: each child builds its own clients.
         pid = os.fork()
         if pid == 0:
-            code = work(backend_name, worker, table, resource, float(ttl), path)
+            code = work(worker)
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
         pids.append(pid)
     codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
     sys.exit(1 if any(codes) else 0)
+
+
+def main() -> None:
+    backend_name, workers, table, resource, ttl, path = sys.argv[1:7]
+    fork(int(workers), lambda i: work(backend_name, i, table, resource, float(ttl), path))
 
 
 if __name__ == "__main__":

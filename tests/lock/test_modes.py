@@ -170,19 +170,24 @@ async def test_semaphore_waiters_are_served_in_arrival_order(
 ) -> None:
     semaphore = Semaphore(modal_backend, "pool", permits=2, ttl=30, timeout=30)
     held = [await semaphore.acquire(), await semaphore.acquire()]
-    order: list[int] = []
+    granted: list[tuple[int, int]] = []  # (fence, waiter): fences rise in grant order
 
     async def waiter(i: int) -> Lease:
         lease = await semaphore.acquire()
-        order.append(i)
+        granted.append((lease.fence, i))
         return lease
+
+    def order() -> list[int]:
+        # By fence, not by when each task resumed: two waiters granted by two releases
+        # in a row may resume in either order (each is told by its own message).
+        return [i for _, i in sorted(granted)]
 
     tasks = [await queued(semaphore, lambda i=i: waiter(i)) for i in range(4)]  # type: ignore[misc]
     for lease in held:
         await semaphore.release(lease)
     async with asyncio.timeout(10):
         first_two = [await tasks[0], await tasks[1]]
-    assert order == [0, 1]
+    assert order() == [0, 1]
     assert not tasks[2].done()
     assert not tasks[3].done()
     for lease in first_two:
@@ -191,7 +196,7 @@ async def test_semaphore_waiters_are_served_in_arrival_order(
         last_two = await asyncio.gather(tasks[2], tasks[3])
     for lease in last_two:
         await semaphore.release(lease)
-    assert order == [0, 1, 2, 3]
+    assert order() == [0, 1, 2, 3]
 
 
 async def test_semaphore_permits_can_change_without_losing_holders(
@@ -289,3 +294,76 @@ def test_bad_permits_are_refused(permits: Any, error: type[Exception]) -> None:
 
     with pytest.raises(error, match="permits"):
         Semaphore(MemoryLockBackend(), "pool", permits=permits)
+
+
+@pytest.mark.usefixtures("woken_only")
+async def test_a_writer_is_not_starved_by_a_stream_of_readers(
+    modal_backend: ModalLockBackend,
+) -> None:
+    """Readers re-acquire back to back, overlapping, so the lock is never free; a writer
+    that queues is granted once the readers ahead of it leave, before any reader behind.
+
+    Counted from the log of one event loop: a read request is "behind" if its acquire
+    started after the writer held its place; "in flight" if it started before but was
+    not answered yet (it may have reached the queue before or after the writer).
+    """
+    readers, hold, limit = 4, 0.1, 25
+    rw = ReadWriteLock(modal_backend, "stream", ttl=10, timeout=30)
+    log: list[tuple[str, int, bool]] = []  # (what, reader or -1 for the writer, behind)
+    acquiring = [False] * readers
+    grants = [0] * readers
+    streaming, writer_queued, writer_done = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    in_flight: set[int] = set()
+
+    async def reader(i: int) -> None:
+        await asyncio.sleep(i * hold / readers)  # staggered: the holds overlap
+        behind_rounds = 0
+        while behind_rounds < limit and not (writer_done.is_set() and behind_rounds):
+            behind = writer_queued.is_set()
+            acquiring[i] = True
+            lease = await rw.read.acquire()
+            acquiring[i] = False
+            log.append(("grant", i, behind))
+            grants[i] += 1
+            if min(grants) >= 2:
+                streaming.set()
+            behind_rounds += behind
+            await asyncio.sleep(hold)
+            log.append(("release", i, behind))  # before the release: it ends after this
+            await rw.read.release(lease)
+
+    async def writer() -> None:
+        await streaming.wait()
+        task = await queued(rw.write, rw.write.acquire)
+        log.append(("queued", -1, False))
+        in_flight.update(i for i in range(readers) if acquiring[i])
+        writer_queued.set()
+        lease = await task
+        log.append(("grant", -1, False))
+        log.append(("release", -1, False))
+        await rw.write.release(lease)
+        writer_done.set()
+
+    async with asyncio.timeout(30):
+        await asyncio.gather(writer(), *(reader(i) for i in range(readers)))
+
+    queued_at = log.index(("queued", -1, False))
+    granted_at = log.index(("grant", -1, False))
+    waited = log[queued_at + 1 : granted_at]
+    # Not one read request that came after the writer was granted before it.
+    overtook = [e for e in waited if e[0] == "grant" and e[2]]
+    assert overtook == [], f"{len(overtook)} later read requests overtook the writer"
+    # While it waited, only the readers ahead moved: the ones holding left, the ones in
+    # flight (at most one each) were answered; nothing else stood between them and it.
+    early = [i for what, i, _ in waited if what == "grant"]
+    assert len(early) == len(set(early)), early
+    assert set(early) <= in_flight, (early, in_flight)
+    # The writer was alone: every read lease granted before it was released before it.
+    held: set[int] = set()
+    for what, i, _ in log[:granted_at]:
+        (held.add if what == "grant" else held.discard)(i)
+    assert held == set(), f"readers {held} still held the lock when the writer got it"
+    # Every reader behind it came after it, and the stream went on: each reader again.
+    after = [n for n, (what, _, behind) in enumerate(log) if what == "grant" and behind]
+    assert after[0] > log.index(("release", -1, False))
+    assert {log[n][1] for n in after} == set(range(readers))

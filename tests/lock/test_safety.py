@@ -17,34 +17,33 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import itertools
 import json
 import os
 import signal
-import sys
-import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from redis import asyncio as aioredis
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from tests.lock.safety_harness import (
+    PAUSE,
+    PAUSES,
+    Crowd,
+    Worker,
+    drop_redis_keys,
+    service_urls,
+    spawn,
+)
 from tests.lock.safety_worker import tables
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.redis, pytest.mark.postgres]
 
-ROOT = Path(__file__).resolve().parents[2]
 WORKERS = 8
 TTL = 0.6
-PAUSE = 1.5  # well past the TTL (and ZooKeeper's 1 s session): another worker takes over
-#: Backends whose leases outlive the TTL: etcd holds a lease for whole seconds, 2 s at
-#: least, and revokes expired leases every 0.5 s.
-PAUSES = {"etcd": 3.5}
 #: Where each pause lands: after the grant ("held") or after the read ("read").
 SCHEDULE = ("held", "read", "held", "held", "read", "held")
 #: Sections begun (by anyone) between two pauses, and by each worker after the last one.
@@ -53,27 +52,11 @@ BUDGET = 150.0
 
 
 @dataclass
-class Worker:
-    index: int
-    pid: int
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
-    since_pause: int = 0
-    result: dict[str, Any] | None = None
-
-    async def answer(self, text: str) -> None:
-        self.writer.write(f"{text}\n".encode())
-        await self.writer.drain()
-
-
-@dataclass
-class Run:
+class Run(Crowd):
     """The parent's side: answers the workers, pauses them, decides when they stop."""
 
     pause: float = PAUSE
     todo: list[str] = field(default_factory=lambda: list(SCHEDULE))
-    workers: dict[int, Worker] = field(default_factory=dict)
-    all_ready: asyncio.Event = field(default_factory=asyncio.Event)
     begun: int = 0
     next_at: int = GAP
     pausing: bool = False
@@ -99,13 +82,7 @@ class Run:
         return None
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        kind, index, pid = (await reader.readline()).decode().split()
-        assert kind == "ready"
-        w = self.workers[int(index)] = Worker(int(index), int(pid), reader, writer)
-        if len(self.workers) == WORKERS:
-            self.all_ready.set()
-        await self.all_ready.wait()
-        await w.answer("start")
+        w = await self.join(reader, writer)
         while line := await reader.readline():
             kind, _, arg = line.decode().strip().partition(" ")
             if kind == "held":
@@ -125,39 +102,20 @@ class Run:
 async def run_workers(
     backend: str, urls: dict[str, str], table: str, resource: str, log: Path
 ) -> Run:
-    run = Run(pause=PAUSES.get(backend, PAUSE))
-    with tempfile.TemporaryDirectory(prefix="hw") as folder, log.open("wb") as stderr:
-        path = os.path.join(folder, "s")  # short: Unix socket paths are limited
-        server = await asyncio.start_unix_server(run.serve, path=path)
-        zygote = await asyncio.create_subprocess_exec(
-            sys.executable,
-            *("-m", "tests.lock.safety_worker", backend, str(WORKERS)),
-            *(table, resource, str(TTL), path),
-            cwd=ROOT,
-            env={**os.environ, **urls},
-            stdin=asyncio.subprocess.DEVNULL,
-            stderr=stderr,
-        )
-        try:
-            async with asyncio.timeout(BUDGET):
-                code = await zygote.wait()
-        except TimeoutError:
-            pytest.fail(f"workers did not finish within {BUDGET} s; paused {run.paused}")
-        finally:
-            if zygote.returncode is None:
-                for w in run.workers.values():
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(w.pid, signal.SIGKILL)
-                zygote.kill()
-                await zygote.wait()
-            server.close()
-            await server.wait_closed()
-    assert code == 0, log.read_text()[-3000:]
+    run = Run(WORKERS, pause=PAUSES.get(backend, PAUSE))
+    args = [backend, str(WORKERS), table, resource, str(TTL)]
+    await spawn(
+        "tests.lock.safety_worker", args, urls, log, run.serve, run, BUDGET,
+        lambda: f"paused {run.paused}",
+    )  # fmt: skip
     assert len(run.paused) == len(SCHEDULE), run.paused
     return run
 
 
-@pytest.mark.parametrize("backend", ["redis", "postgres", "etcd", "zookeeper"])
+@pytest.mark.parametrize(
+    "backend",
+    ["redis", "postgres", "etcd", "zookeeper", pytest.param("mysql", marks=pytest.mark.mysql)],
+)
 async def test_paused_holders_cannot_corrupt_the_register(
     backend: str,
     redis_url: str,
@@ -173,12 +131,7 @@ async def test_paused_holders_cannot_corrupt_the_register(
         await conn.execute(sa.insert(register).values(id=1, value=0, fence=0))
     resource = f"safety-{uuid.uuid4().hex}"
     try:
-        urls = {"HEADWAY_TEST_REDIS_URL": redis_url, "HEADWAY_TEST_DATABASE_URL": postgres_url}
-        if backend == "etcd":
-            urls["HEADWAY_TEST_ETCD_URL"] = request.getfixturevalue("etcd_url")
-        if backend == "zookeeper":
-            # Its own server with 100 ms ticks, so a session (the lease) can end within PAUSE.
-            urls["HEADWAY_TEST_ZOOKEEPER_HOSTS"] = request.getfixturevalue("fast_zookeeper").hosts
+        urls = service_urls(backend, redis_url, postgres_url, request)
         run = await run_workers(backend, urls, table, resource, tmp_path / "workers.err")
         async with engine.connect() as conn:
             history = (await conn.execute(sa.select(log).order_by(log.c.seq))).all()
@@ -187,10 +140,7 @@ async def test_paused_holders_cannot_corrupt_the_register(
         async with engine.begin() as conn:
             await conn.run_sync(metadata.drop_all)
         await engine.dispose()
-        async with aioredis.Redis.from_url(redis_url) as client:
-            keys = [k async for k in client.scan_iter(match=f"headway:{{lock:{resource}*")]
-            if keys:
-                await client.delete(*keys)
+        await drop_redis_keys(redis_url, resource)
 
     paused = run.paused
     results = {w.index: w.result for w in run.workers.values() if w.result is not None}

@@ -9,7 +9,10 @@ import redis
 from redis.asyncio.cluster import RedisCluster
 
 from headway import Lock, LockNotAcquired, RedisLockBackend, SyncLock, SyncRedisLockBackend
+from headway.lock import flow
 from headway.lock.backends.redis.keys import lock_keys
+from headway.lock.backends.redis.mode_keys import mode_keys
+from headway.lock.shared import ReadWriteLock, Semaphore, SyncSemaphore
 from tests.servers import RedisServers
 
 pytestmark = pytest.mark.anyio
@@ -68,5 +71,74 @@ def test_cluster_sync_client(cluster_port: int) -> None:
     with pytest.raises(LockNotAcquired):
         lock.acquire(timeout=0.2)
     lock.release(lease)
+    backend.close()
+    client.close()
+
+
+async def test_cluster_read_write_locks_and_semaphores(cluster_port: int) -> None:
+    client = RedisCluster(host="127.0.0.1", port=cluster_port)
+    backend = RedisLockBackend(client)
+    names = [f"doc/{i}" for i in range(12)]
+    slots = {client.keyslot(mode_keys("rw", n).keys[0]) for n in names}
+    assert len(slots) > 3  # spread over the nodes
+    for name in names:
+        rw = ReadWriteLock(backend, name, ttl=5, timeout=0)
+        semaphore = Semaphore(backend, name, permits=2, ttl=5, timeout=0)
+        readers = [await rw.read.acquire(), await rw.read.acquire()]
+        with pytest.raises(LockNotAcquired):
+            await rw.write.acquire()
+        permits = [await semaphore.acquire(), await semaphore.acquire()]
+        with pytest.raises(LockNotAcquired):
+            await semaphore.acquire()
+        for lease in readers:
+            await rw.read.release(lease)
+        for lease in permits:
+            await semaphore.release(lease)
+        await rw.write.release(await rw.write.acquire())
+    await backend.aclose()
+    await client.aclose()
+
+
+async def test_cluster_read_write_contention_is_exact_and_woken(
+    cluster_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = RedisCluster(host="127.0.0.1", port=cluster_port)
+    backend = RedisLockBackend(client)
+    rw = ReadWriteLock(backend, "hot-rw", ttl=5, timeout=30)
+    inside = {"read": 0, "write": 0}
+    overlaps: list[str] = []
+    entered = 0
+
+    async def worker(i: int) -> None:
+        nonlocal entered
+        for round_ in range(10):
+            kind = "write" if (i + round_) % 3 == 0 else "read"
+            lock = rw.write if kind == "write" else rw.read
+            async with lock.hold():
+                inside[kind] += 1
+                entered += 1
+                if inside["write"] > 1 or (inside["write"] and inside["read"]):
+                    overlaps.append(str(inside))
+                await asyncio.sleep(0.001)
+                inside[kind] -= 1
+
+    monkeypatch.setattr(flow, "WAIT_CAP", 60.0)  # woken on the sharded channel, or it times out
+    async with asyncio.timeout(30):
+        await asyncio.gather(*(worker(i) for i in range(6)))
+    assert overlaps == []
+    assert entered == 60
+    await backend.aclose()
+    await client.aclose()
+
+
+def test_cluster_sync_semaphore(cluster_port: int) -> None:
+    client = redis.RedisCluster(host="127.0.0.1", port=cluster_port)
+    backend = SyncRedisLockBackend(client)
+    semaphore = SyncSemaphore(backend, "sync-cluster-pool", permits=2, ttl=5)
+    leases = [semaphore.acquire(timeout=0), semaphore.acquire(timeout=0)]
+    with pytest.raises(LockNotAcquired):
+        semaphore.acquire(timeout=0.2)
+    for lease in leases:
+        semaphore.release(lease)
     backend.close()
     client.close()

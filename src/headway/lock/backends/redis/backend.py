@@ -31,11 +31,13 @@ from headway.lock.backends.redis.keys import (
     lock_keys,
     release_call,
 )
+from headway.lock.backends.redis.modes import RedisModeBackend
 from headway.lock.backends.redis.riders import Riders
 from headway.lock.backends.redis.waker import Waker
 from headway.lock.contract import AsyncWaiter
 from headway.lock.driver import QueuedBackend
 from headway.lock.flow import Attempt, Try
+from headway.lock.modes import LockMode, ModeKind
 
 __all__ = ["RedisLockBackend"]
 
@@ -56,9 +58,13 @@ class RedisLockBackend(QueuedBackend):
 
     On a Cluster, waiters listen on sharded channels (``SSUBSCRIBE``), one
     connection per primary (see ``cluster_waker``).
+
+    Offers every mode: ``ReadWriteLock`` and ``Semaphore`` work over it too, on the
+    same connection and wake-ups (``for_mode``, see ``modes``).
     """
 
     name = "redis"
+    modes: frozenset[ModeKind] = frozenset({"read", "write", "permits"})
 
     def __init__(
         self,
@@ -91,6 +97,10 @@ class RedisLockBackend(QueuedBackend):
         return cls(
             aioredis.Redis.from_url(url, **options), timeout=timeout, own_connection=own_connection
         )
+
+    def for_mode(self, mode: LockMode) -> RedisModeBackend:
+        """This backend's locks in ``mode`` (see ``ModalLockBackend.for_mode``)."""
+        return RedisModeBackend(self, mode)
 
     async def _call(
         self,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import redis
@@ -18,6 +18,7 @@ from redis import cluster as redis_cluster
 from headway._clock import Clock
 from headway._errors import BackendUnavailable
 from headway._redis.errors import UNAVAILABLE, slot_moving, unavailable
+from headway._redis.scripts import Script
 from headway._redis.sync_wire import SyncWire
 from headway.lock.backends.redis.cluster_waker import SyncClusterWaker
 from headway.lock.backends.redis.keys import (
@@ -30,11 +31,13 @@ from headway.lock.backends.redis.keys import (
     lock_keys,
     release_call,
 )
+from headway.lock.backends.redis.modes import SyncRedisModeBackend
 from headway.lock.backends.redis.riders import Riders
 from headway.lock.backends.redis.sync_waker import SyncWaker
 from headway.lock.contract import SyncWaiter
 from headway.lock.driver import SyncQueuedBackend
 from headway.lock.flow import Attempt, Try
+from headway.lock.modes import LockMode, ModeKind
 
 __all__ = ["SyncRedisLockBackend"]
 
@@ -52,9 +55,11 @@ class SyncRedisLockBackend(SyncQueuedBackend):
 
     On those sockets a thread that asks for a lock one of our own threads holds
     rides on the holder's release, as in ``RedisLockBackend`` (see ``riders``).
+    Offers every mode, as ``RedisLockBackend`` does (``for_mode``).
     """
 
     name = "redis"
+    modes: frozenset[ModeKind] = frozenset({"read", "write", "permits"})
 
     def __init__(
         self,
@@ -90,6 +95,14 @@ class SyncRedisLockBackend(SyncQueuedBackend):
         return cls(
             redis.Redis.from_url(url, **options), timeout=timeout, own_connection=own_connection
         )
+
+    def for_mode(self, mode: LockMode) -> SyncRedisModeBackend:
+        """This backend's locks in ``mode`` (see ``SyncModalLockBackend.for_mode``)."""
+        return SyncRedisModeBackend(self, mode)
+
+    def _run(self, script: Script, keys: Sequence[str], args: list[Any]) -> Any:
+        """Run ``script`` on our sockets (or redis-py), its errors as ``_call``'s."""
+        return self._call(lambda: self._wire.call(script, keys, args))
 
     def _call(self, call: Callable[[], T]) -> T:
         try:

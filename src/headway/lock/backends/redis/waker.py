@@ -130,6 +130,8 @@ class Waker:
 
     async def _subscribe(self, channel: str, state: _TaskChannel) -> None:
         sent = False
+        task = asyncio.current_task()
+        cancels = task.cancelling() if task is not None else 0
         try:
             if self._pubsub is None:
                 self._pubsub = self._client.pubsub()
@@ -151,6 +153,10 @@ class Waker:
                 del self._channels[channel]
         if sent and (self._reader is None or self._reader.done()):
             self._reader = asyncio.get_running_loop().create_task(self._read())
+        if task is not None and task.cancelling() > cancels:
+            # redis-py's subscribe can swallow a cancellation (one that comes while it
+            # connects) and return: the subscription is made, the cancellation goes on.
+            raise asyncio.CancelledError
 
     async def _read(self) -> None:
         while True:
