@@ -7,7 +7,7 @@ partition per caller, so another caller's key is invisible (its own request simp
 runs). Callers nobody can name share one partition (``UNVERIFIED``) in which nothing
 is ever replayed: a key already used there is answered with a conflict, because the
 middleware cannot tell a retry from another caller behind the same proxy. See
-``docs/idempotency.md`` (threat model) and ``docs/decisions.md``.
+``docs/idempotency.md`` (threat model) and ``docs/decisions/idempotency.md``.
 """
 
 from __future__ import annotations

@@ -142,7 +142,8 @@ class IdempotencyMiddleware:
             log.warning(
                 "an Idempotency-Key request came from a caller the scope function %r could "
                 "not name: such keys run once and are never replayed (409 on a retry). "
-                "Name callers with scope_function= (docs/idempotency.md#callers)",
+                "Name callers with scope_function= "
+                "(docs/idempotency.md#callers-who-may-receive-a-stored-response)",
                 getattr(self.scope_function, "__qualname__", self.scope_function),
             )
 

@@ -46,7 +46,7 @@ REPORT_EVERY = 300.0
 
 #: ``from_url``'s engine on a database server: no connection opened and closed per
 #: request under concurrency (SQLAlchemy's default, 5 + 10 overflow, churned one per
-#: request beyond five in flight); docs/decisions.md has the numbers.
+#: request beyond five in flight); docs/decisions/idempotency.md has the numbers.
 SERVER_ENGINE: dict[str, Any] = {"pool_size": 20, "max_overflow": 0}
 #: SQLite: one writer at a time, so writers wait for the file lock rather than fail.
 SQLITE_ENGINE: dict[str, Any] = {"connect_args": {"timeout": 30}}

@@ -10,7 +10,7 @@ Everything time-related is the server's job:
   are honoured): no polling. A release hands the lock to a waiter inside the
   server, so the releaser cannot cut in; MariaDB and MySQL promise no order, but
   their metadata-lock queue grants waiters in the order they came (measured on
-  MariaDB 10.11, see ``docs/decisions.md``). A zero timeout makes one attempt.
+  MariaDB 10.11, see ``docs/decisions/lock.md``). A zero timeout makes one attempt.
 - **The TTL** is the session's ``wait_timeout``, set to the TTL rounded *up* to
   whole seconds (the variable's unit): a holder that stops talking (paused,
   hung, partitioned) for that long has its session closed by the server, and
