@@ -169,8 +169,16 @@ async def _discard(conn: AsyncConnection) -> None:
 class MySQLLockBackend:
     """Locks held as MySQL/MariaDB user-level locks (see the module doc).
 
-    ``timeout`` bounds each round trip beyond the lock wait itself: a server
-    that does not answer raises ``BackendUnavailable`` within it.
+    Args:
+        engine: An async SQLAlchemy engine on MySQL or MariaDB (``mysql+aiomysql``).
+        timeout: Bounds each round trip beyond the lock wait itself, in seconds: a
+            server that does not answer raises ``BackendUnavailable`` within it;
+            default 2.0.
+        clock: The monotonic clock of lease deadlines; default None:
+            ``time.monotonic``.
+
+    Raises:
+        ValueError: The engine is neither MySQL's nor MariaDB's, or a bad ``timeout``.
     """
 
     name = "mysql"
