@@ -218,6 +218,7 @@ def pytest_configure(config: pytest.Config) -> None:
 #: backends that are a ``ModalLockBackend``. A new one is one entry here.
 MODAL_BACKENDS: dict[str, Entry] = {
     "memory": Entry(_memory),
+    "etcd": Entry(_etcd, lacks={"short_ttl": LOCK_BACKENDS["etcd"].lacks["short_ttl"]}),
 }
 
 #: name -> entry, for ``SyncReadWriteLock`` and ``SyncSemaphore``.
