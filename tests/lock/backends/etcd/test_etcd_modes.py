@@ -159,7 +159,8 @@ async def test_a_crashed_holders_lease_ends_on_the_server(etcd: EtcdLockBackend)
     semaphore = Semaphore(etcd, "pool", permits=1, ttl=2, timeout=10)
     crashed_writer, crashed_permit = await rw.write.acquire(), await semaphore.acquire()
     async with asyncio.timeout(8):
-        reader, permit = await asyncio.gather(rw.read.acquire(), semaphore.acquire())
+        # The waiters' own leases outlast the wait (nothing renews them while it lasts).
+        reader, permit = await asyncio.gather(rw.read.acquire(ttl=10), semaphore.acquire(ttl=10))
     assert reader.fence > crashed_writer.fence
     assert permit.fence > crashed_permit.fence
     with pytest.raises(LockNotOwned):
