@@ -97,6 +97,7 @@ def test_all_is_pinned() -> None:
         "SyncLockBackend",
         "SyncMemoryRateLimitBackend",
         "SyncModalLockBackend",
+        "SyncMySQLLockBackend",
         "SyncRateLimitBackend",
         "SyncRateLimiter",
         "SyncReadWriteLock",

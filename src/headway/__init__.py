@@ -43,7 +43,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.idempotency.store import RecordStore
     from headway.lock.backends.etcd.backend import EtcdLockBackend
     from headway.lock.backends.memory import MemoryLockBackend
-    from headway.lock.backends.mysql import MySQLLockBackend
+    from headway.lock.backends.mysql.backend import MySQLLockBackend
+    from headway.lock.backends.mysql.sync_backend import SyncMySQLLockBackend
     from headway.lock.backends.postgres import PostgresLockBackend
     from headway.lock.backends.redis.backend import RedisLockBackend
     from headway.lock.backends.redis.sync_backend import SyncRedisLockBackend
@@ -135,7 +136,8 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway.idempotency.record": ("ForgetOutcome",),
     "headway.idempotency.store": ("RecordStore",),
     "headway.lock.backends.memory": ("MemoryLockBackend",),
-    "headway.lock.backends.mysql": ("MySQLLockBackend",),
+    "headway.lock.backends.mysql.backend": ("MySQLLockBackend",),
+    "headway.lock.backends.mysql.sync_backend": ("SyncMySQLLockBackend",),
     "headway.lock.backends.postgres": ("PostgresLockBackend",),
     "headway.lock.backends.redis.backend": ("RedisLockBackend",),
     "headway.lock.backends.redis.sync_backend": ("SyncRedisLockBackend",),
@@ -305,6 +307,7 @@ __all__ = [
     "SyncLockBackend",
     "SyncMemoryRateLimitBackend",
     "SyncModalLockBackend",
+    "SyncMySQLLockBackend",
     "SyncRateLimitBackend",
     "SyncRateLimiter",
     "SyncReadWriteLock",

@@ -18,11 +18,12 @@ from typing import Any
 
 import pytest
 import redis
+import sqlalchemy as sa
 from redis import asyncio as aioredis
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from headway import EtcdLockBackend, MemoryLockBackend, RedisLockBackend, SyncRedisLockBackend
-from headway.lock.backends.mysql import MySQLLockBackend
+from headway.lock.backends.mysql import MySQLLockBackend, SyncMySQLLockBackend
 from headway.lock.backends.postgres import PostgresLockBackend
 from headway.lock.backends.redlock import RedlockBackend
 from headway.lock.contract import (
@@ -223,12 +224,31 @@ def _sync_redis(
         client.close()
 
 
+@contextlib.contextmanager
+def _sync_mysql(request: pytest.FixtureRequest) -> Iterator[SyncLockBackend]:
+    url = sa.make_url(request.getfixturevalue("mysql_url")).set(drivername="mysql+pymysql")
+    engine = sa.create_engine(url, pool_size=16)
+    backend = SyncMySQLLockBackend(engine)
+    try:
+        yield backend
+    finally:
+        backend.close()
+        engine.dispose()
+
+
 #: name -> entry, for ``SyncLock``. A new sync backend is one entry here.
 SYNC_LOCK_BACKENDS: dict[str, Entry] = {
     # headway's own sockets, with riding (a thread asking for a lock another holds)
     "redis": Entry(lambda request: _sync_redis(request, own_connection=True)),
     # every call through redis-py (as for Cluster clients): no riding
     "redis-py": Entry(lambda request: _sync_redis(request, own_connection=False)),
+    "mysql": Entry(
+        _sync_mysql,
+        lacks={
+            "short_ttl": "the TTL is the session's wait_timeout, in whole seconds: a 0.1 s "
+            "lease is held on the server for 1 s",
+        },
+    ),
 }
 
 

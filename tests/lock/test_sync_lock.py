@@ -29,6 +29,7 @@ def test_sync_acquire_extend_release(sync_lock_backend: SyncLockBackend) -> None
     sync_lock.release(again)
 
 
+@pytest.mark.needs("short_ttl")
 def test_sync_expired_lease_cannot_touch_the_next_holder(
     sync_lock_backend: SyncLockBackend,
 ) -> None:

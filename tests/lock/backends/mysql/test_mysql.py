@@ -373,3 +373,116 @@ async def test_names_are_left_alone_by_free(backend: MySQLLockBackend, engine: A
     assert not await free(engine, name_of(backend, "seen"))()
     await backend.release(lease)
     assert await free(engine, name_of(backend, "seen"))()
+
+
+async def _engine_of_table(engine: AsyncEngine) -> str:
+    async with engine.connect() as conn:
+        query = sa.text(
+            "SELECT ENGINE FROM information_schema.TABLES"
+            " WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :t"
+        )
+        return str((await conn.execute(query, {"t": FENCE_TABLE})).scalar_one())
+
+
+async def _run(engine: AsyncEngine, *statements: str) -> None:
+    async with engine.begin() as conn:
+        for statement in statements:
+            await conn.execute(sa.text(statement))
+
+
+async def test_the_fence_table_is_made_in_memory(
+    backend: MySQLLockBackend, engine: AsyncEngine, resource: str
+) -> None:
+    await _run(engine, f"DROP TABLE IF EXISTS {FENCE_TABLE}")
+    await backend.release(await backend.acquire(resource, ttl=5, timeout=0))
+    assert await _engine_of_table(engine) == "MEMORY"
+
+
+async def test_a_table_made_beforehand_keeps_its_engine(
+    backend: MySQLLockBackend, engine: AsyncEngine, resource: str
+) -> None:
+    # As on Group Replication, which needs InnoDB tables.
+    await _run(
+        engine,
+        f"DROP TABLE IF EXISTS {FENCE_TABLE}",
+        f"CREATE TABLE {FENCE_TABLE} (name CHAR(64) CHARACTER SET ascii COLLATE ascii_bin"
+        " NOT NULL PRIMARY KEY, fence BIGINT UNSIGNED NOT NULL) ENGINE = InnoDB",
+    )
+    try:
+        first = await backend.acquire(resource, ttl=5, timeout=0)
+        await backend.release(first)
+        second = await backend.acquire(resource, ttl=5, timeout=0)
+        await backend.release(second)
+        assert second.fence > first.fence
+        assert await _engine_of_table(engine) == "InnoDB"
+    finally:
+        await _run(engine, f"DROP TABLE {FENCE_TABLE}")
+
+
+async def test_a_full_fence_table_is_freed_of_rows_the_clock_overtook(
+    backend: MySQLLockBackend, engine: AsyncEngine, resource: str
+) -> None:
+    await _run(
+        engine,
+        f"DROP TABLE IF EXISTS {FENCE_TABLE}",
+        f"CREATE TABLE {FENCE_TABLE} (name CHAR(64) CHARACTER SET ascii COLLATE ascii_bin"
+        " NOT NULL PRIMARY KEY, fence BIGINT UNSIGNED NOT NULL) ENGINE = MEMORY MAX_ROWS = 10",
+    )
+    try:
+        errors: list[object] = []
+        async with engine.connect() as conn:
+            for i in range(100_000):  # old fences, and one ahead of the clock
+                fence = 9000000000000000000 if i == 0 else 1
+                try:
+                    await conn.execute(
+                        sa.text(f"INSERT INTO {FENCE_TABLE} VALUES (:n, :f)"),
+                        {"n": f"old-{i}", "f": fence},
+                    )
+                except sa.exc.OperationalError as exc:
+                    errors.append(exc.orig.args[0])  # type: ignore[union-attr]
+                    break
+            await conn.commit()
+        assert errors == [1114]  # the table is full
+        lease = await backend.acquire(resource, ttl=5, timeout=0)
+        assert abs(lease.fence / 1e6 - time.time()) < 60
+        await backend.release(lease)
+        async with engine.connect() as conn:
+            left = (await conn.execute(sa.text(f"SELECT name FROM {FENCE_TABLE}"))).scalars()
+            assert sorted(left) == sorted(["old-0", name_of(backend, resource)])
+    finally:
+        await _run(engine, f"DROP TABLE {FENCE_TABLE}")
+
+
+async def test_a_waiter_does_not_hold_up_other_locks(
+    backend: MySQLLockBackend, engine: AsyncEngine, resource: str
+) -> None:
+    # The fence table is written after the wait, not during it: a MEMORY table is
+    # locked whole by a write, which would stop every other grant behind a waiter.
+    first = await backend.acquire(resource, ttl=10, timeout=0)
+    waiter = asyncio.ensure_future(backend.acquire(resource, ttl=10, timeout=10))
+    await eventually(waiting(engine, name_of(backend, resource)))
+    started = time.monotonic()
+    other = await backend.acquire(f"{resource}-other", ttl=10, timeout=5)
+    assert time.monotonic() - started < 2
+    await backend.release(other)
+    await backend.release(first)
+    await backend.release(await waiter)
+
+
+async def test_a_stalled_fence_write_is_unavailable_and_frees_the_lock(
+    mysql_url: str, engine: AsyncEngine, resource: str
+) -> None:
+    # Granted, then the fence's write waits (the table locked by another session)
+    # past the timeout: the session that holds the lock is ended.
+    backend = MySQLLockBackend(engine, timeout=0.5)
+    await backend.release(await backend.acquire(resource, ttl=5, timeout=0))
+    async with engine.connect() as locker:
+        await locker.execute(sa.text(f"LOCK TABLES {FENCE_TABLE} WRITE"))
+        try:
+            with pytest.raises(BackendUnavailable):
+                await backend.acquire(resource, ttl=5, timeout=0)
+            await eventually(free(engine, name_of(backend, resource)))
+        finally:
+            await locker.execute(sa.text("UNLOCK TABLES"))
+    await backend.release(await backend.acquire(resource, ttl=5, timeout=0))
+    assert sessions_out(engine) == 0

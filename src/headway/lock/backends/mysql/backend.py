@@ -1,0 +1,316 @@
+"""The MySQL/MariaDB lock backend: user-level locks (``GET_LOCK``), for apps without Redis.
+
+A lease is one pooled connection whose session holds ``GET_LOCK(name)``. A
+user-level lock belongs to the session that took it and is freed when that
+session ends; a session that asks again for a name it holds gets it again
+(the locks stack), so a connection holding a lease is never used for another.
+Everything time-related is the server's job:
+
+- **Waiting** happens inside ``GET_LOCK(name, timeout)`` (fractions of a second
+  are honoured): no polling. A release hands the lock to a waiter inside the
+  server, so the releaser cannot cut in; MariaDB and MySQL promise no order, but
+  their metadata-lock queue grants waiters in the order they came (measured on
+  MariaDB 10.11, see ``docs/decisions/lock.md``). A zero timeout makes one attempt.
+- **The TTL** is the session's ``wait_timeout``, set to the TTL rounded *up* to
+  whole seconds (the variable's unit): a holder that stops talking (paused,
+  hung, partitioned) for that long has its session closed by the server, and
+  the lock goes to a waiter. ``extend`` sends one statement that sets the new
+  TTL and restarts the idle timer (it restarts after every statement), so the
+  server's expiry is never earlier than ``Lease.deadline``, counted from before
+  the statement was sent. A sub-second TTL is held for a whole second on the
+  server; the holder's deadline still says the TTL asked for.
+- **Release** is ``RELEASE_LOCK`` on the lease's own session, in the statement
+  that restores the session's settings before the connection goes back to the pool.
+- **Cancellation** of a waiting ``acquire`` ends the waiter's session with
+  ``KILL CONNECTION`` from another connection (a closed socket alone does not end a
+  ``GET_LOCK`` wait, and ``KILL QUERY`` misses a statement still on its way), then
+  closes the waiter's connection: whatever the session was granted as the
+  cancellation arrived is freed when it ends.
+
+The **fencing token** comes from a counter table, ``headway_lock_fences`` (one
+row per lock name), raised by the statement after the grant, on the same session:
+``INSERT … SELECT … WHERE @headway_granted = 1 ON DUPLICATE KEY UPDATE`` sets
+``fence = GREATEST(fence + 1, now_us + 1)`` with the server's clock in
+microseconds (``SYSDATE(6)``, read after the grant) and hands it back through
+``LAST_INSERT_ID`` in its reply. The next holder is granted only after the
+previous holder's fence was written, so fences rise per resource; the clock floor
+keeps them rising if the table is dropped, emptied or restored from a backup (as
+long as the server's clock does not step back). So the table needs no migration:
+it is created on first use (``CREATE TABLE IF NOT EXISTS``, which needs the CREATE
+privilege) and its rows may be deleted at any time. It is created in memory
+(``ENGINE = MEMORY``): the write then waits for no redo-log flush, and a restart
+that empties it is one more lost counter the clock floor covers. A row the clock
+has overtaken carries nothing (the floor gives at least as much), so a full table
+(``max_heap_table_size``) is freed of those rows and the fence written again. The
+write is a statement of its own because a MEMORY table is locked whole by a write:
+a write that waited in ``GET_LOCK`` would hold up every other lock's grant. A
+server that refuses MEMORY tables gets an InnoDB one, and a table made beforehand
+is used with whatever engine it has (Group Replication needs InnoDB: see
+``docs/locks.md`` for clusters). The tokens are this server's:
+after a failover to a replica whose clock is behind, a store may reject writes until
+fences catch up.
+
+**Names**: ``GET_LOCK`` names are server-wide, and MySQL takes at most 64
+characters and ignores case; a resource's is ``headway:`` and the first 56 hex
+digits of the SHA-256 of the engine's database name and the resource
+(``lock_name``), so any resource (long, any case, any character) fits, and two
+databases on one server do not share locks, as PostgreSQL's advisory locks are
+per database. Two resources collide with probability 2**-224.
+
+**Round trips**: the grant is one ``SET`` that sets the session up and waits in
+``GET_LOCK`` (its result kept in ``@headway_granted``), then the fence's ``INSERT``;
+the release is one ``SET``: three statements a lease, and the pool's rollback.
+
+**Session settings**: a lease's session runs with ``autocommit = 1`` (a fence in an
+InnoDB table is committed at once), ``time_zone = '+00:00'`` (for the clock floor) and
+its TTL as ``wait_timeout``, and the fence passes through ``LAST_INSERT_ID``; the
+values it had are saved in user variables (by the grant's ``SET``) and put back
+before the connection returns to the pool.
+
+Each waiting or held lease occupies one connection of ``engine``'s pool: give
+the backend an engine of its own, sized for the locks held at once (plus one
+connection for a ``KILL CONNECTION`` when a wait is cancelled). The server's
+``thread_handling`` must be one thread per connection (the default): under a
+thread pool, ``wait_timeout`` is checked on a coarse timer.
+
+Statements, names, the grant's steps and the error mapping live in ``common``, shared
+with ``SyncMySQLLockBackend``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Generator
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import sqlalchemy.exc
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from headway._clock import Clock
+from headway.lock.backends.mysql import common
+from headway.lock.backends.mysql.common import (
+    GIVE_BACK,
+    NOT_GRANTED,
+    RELEASE,
+    SESSION_ID,
+    TOUCH,
+    UNAVAILABLE,
+    Reply,
+    Step,
+    lock_name,
+    reply,
+    seconds,
+)
+from headway.lock.driver import run_to_end
+from headway.lock.lease import Lease, check_timeout, check_ttl, new_token
+
+__all__ = ["MySQLLockBackend"]
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Held:
+    conn: AsyncConnection
+    name: str
+    # One connection runs one statement at a time: extend and release queue here.
+    busy: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+async def _discard(conn: AsyncConnection) -> None:
+    """Close the connection for good: the session ends, and its locks with it."""
+    with contextlib.suppress(Exception):
+        await conn.invalidate()
+    with contextlib.suppress(Exception):
+        await conn.close()
+
+
+class MySQLLockBackend(common.Common):
+    """Locks held as MySQL/MariaDB user-level locks (see the module doc).
+
+    Args:
+        engine: An async SQLAlchemy engine on MySQL or MariaDB (``mysql+aiomysql``).
+        timeout: Bounds each round trip beyond the lock wait itself, in seconds: a
+            server that does not answer raises ``BackendUnavailable`` within it;
+            default 2.0.
+        clock: The monotonic clock of lease deadlines; default None:
+            ``time.monotonic``.
+
+    Raises:
+        ValueError: The engine is neither MySQL's nor MariaDB's, or a bad ``timeout``.
+    """
+
+    def __init__(
+        self, engine: AsyncEngine, *, timeout: float = 2.0, clock: Clock | None = None
+    ) -> None:
+        super().__init__(engine, timeout, clock)
+        self.engine = engine
+        self._held: dict[str, _Held] = {}
+
+    async def _bounded(self, aw: Awaitable[T], seconds: float) -> T:
+        async with asyncio.timeout(seconds):
+            return await aw
+
+    async def _run(self, conn: AsyncConnection, steps: Generator[Step, Reply, T]) -> T:
+        """Run ``steps`` (a flow from ``common``) on ``conn``."""
+        step = next(steps)
+        while True:
+            try:
+                query = conn.execute(step.statement, step.params)
+                done = reply(await self._bounded(query, step.extra + self.timeout))
+            except sqlalchemy.exc.DBAPIError as exc:
+                try:
+                    step = steps.throw(exc)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+                continue
+            try:
+                step = steps.send(done)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+
+    async def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
+        """Acquire ``resource`` (see ``LockBackend.acquire``); the server does the waiting."""
+        ttl_ms = check_ttl(ttl)
+        wait = check_timeout(timeout)
+        name = lock_name(resource, self.database)
+        sent = self.clock()
+        for retry in (True, False):
+            conn, session = await self._checkout(wait)
+            try:
+                fence = await self._run(conn, common.grant(name, wait, ttl_ms))
+                if fence and common.waited(sent, self.clock(), ttl_ms):
+                    # We waited: restart the server's TTL timer from a moment we know.
+                    sent = self.clock()
+                    touch = conn.execute(TOUCH, {"ttl": seconds(ttl_ms)})
+                    await self._bounded(touch, self.timeout)
+            except common.StaleSession as exc:
+                await run_to_end(self._abandon(conn, session))
+                if retry:
+                    continue
+                raise self._unavailable(exc.__cause__ or exc) from exc
+            except sqlalchemy.exc.DBAPIError as exc:
+                # A failed statement may have been granted the lock: end the session.
+                await run_to_end(_discard(conn))
+                if common.errno(exc) in NOT_GRANTED:
+                    raise self._not_acquired(resource, timeout) from exc
+                raise self._unavailable(exc) from exc
+            except BaseException as exc:
+                # Cancelled or timed out mid-statement: the server may still be waiting,
+                # or have granted the lock meanwhile. Interrupt it, then end the session.
+                await run_to_end(self._abandon(conn, session))
+                if isinstance(exc, UNAVAILABLE):
+                    raise self._unavailable(exc) from exc
+                raise
+            break
+        if not fence:
+            await run_to_end(self._give_back(conn))
+            raise self._not_acquired(resource, timeout)
+        token = new_token()
+        self._held[token] = _Held(conn, name)
+        return Lease(resource, token, fence, sent + ttl_ms / 1000, ttl_ms / 1000)
+
+    async def _checkout(self, wait: float) -> tuple[AsyncConnection, int]:
+        """A pooled connection and its session id (``KILL CONNECTION`` needs it); it holds
+        nothing yet, and its settings are the pool's."""
+        try:
+            # Shielded: on cancellation the checkout ends first, then the connection
+            # goes back to the pool.
+            return await run_to_end(self._open(wait), self._close_opened)
+        except UNAVAILABLE as exc:
+            raise self._unavailable(exc) from exc
+
+    async def _open(self, wait: float) -> tuple[AsyncConnection, int]:
+        conn = await self._bounded(self.engine.connect().start(), wait + self.timeout)
+        try:
+            return conn, await self._session_id(conn)
+        except BaseException:
+            await _discard(conn)
+            raise
+
+    async def _close_opened(self, opened: tuple[AsyncConnection, int]) -> None:
+        await opened[0].close()
+
+    async def _session_id(self, conn: AsyncConnection) -> int:
+        """The server's id of ``conn``'s session (``KILL CONNECTION`` needs it): aiomysql has it
+        from the handshake; another driver is asked once."""
+        raw = await conn.get_raw_connection()
+        thread_id = getattr(raw.driver_connection, "thread_id", None)
+        if callable(thread_id):
+            return int(thread_id())
+        return int((await self._bounded(conn.execute(SESSION_ID), self.timeout)).scalar_one())
+
+    async def _abandon(self, conn: AsyncConnection, session: int) -> None:
+        """End a session whose lock statement we stopped reading, leaving nothing held."""
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(self.timeout), self.engine.connect() as killer:
+                # A closed socket does not end a GET_LOCK wait: the server must be told.
+                await killer.execute(common.kill(session))
+        await _discard(conn)
+
+    async def _give_back(self, conn: AsyncConnection) -> None:
+        """Restore the settings of a session that holds no lock and return it to the pool."""
+        try:
+            await self._bounded(conn.execute(GIVE_BACK), self.timeout)
+        except UNAVAILABLE:
+            await _discard(conn)
+        else:
+            await conn.close()
+
+    async def extend(self, lease: Lease, ttl: float) -> Lease:
+        """Renew ``lease`` for ``ttl`` s from now; ``LockNotOwned`` if its session ended."""
+        ttl_ms = check_ttl(ttl)
+        held = self._held.get(lease.token)
+        if held is None:
+            raise self._not_owned(lease, "extend")
+        async with held.busy:
+            if self._held.get(lease.token) is not held:
+                raise self._not_owned(lease, "extend")
+            sent = self.clock()
+            try:
+                # Shielded: a statement abandoned halfway would leave the session unusable.
+                await run_to_end(self._touch(lease.token, held, ttl_ms, self._bound(lease, sent)))
+            except UNAVAILABLE as exc:
+                why = f" ({type(exc).__name__}: its session ended or did not answer)"
+                raise self._not_owned(lease, "extend", why) from exc
+        return lease.renewed(ttl_ms, sent)
+
+    async def _touch(self, token: str, held: _Held, ttl_ms: int, bound: float) -> None:
+        try:
+            await self._bounded(held.conn.execute(TOUCH, {"ttl": seconds(ttl_ms)}), bound)
+        except BaseException:
+            # A session that failed a statement cannot be trusted to hold anything:
+            # end it, so the lock is freed for certain.
+            self._held.pop(token, None)
+            await _discard(held.conn)
+            raise
+
+    async def release(self, lease: Lease) -> None:
+        """Release ``lease`` (shielded from cancellation); ``LockNotOwned`` if it had lapsed."""
+        held = self._held.pop(lease.token, None)
+        if held is None:
+            raise self._not_owned(lease, "release")
+        try:
+            await run_to_end(self._end(held))
+        except TimeoutError as exc:
+            # The session was closed from our side: the server frees the lock when it notices.
+            raise self._unavailable(exc) from exc
+        except UNAVAILABLE as exc:
+            raise self._not_owned(lease, "release", " (its session had ended)") from exc
+
+    async def _end(self, held: _Held) -> None:
+        async with held.busy:
+            try:
+                await self._bounded(held.conn.execute(RELEASE, {"name": held.name}), self.timeout)
+            except BaseException:
+                await _discard(held.conn)
+                raise
+            await held.conn.close()
+
+    async def aclose(self) -> None:
+        """Release every lease still held (their sessions end; the engine stays yours)."""
+        held, self._held = list(self._held.values()), {}
+        for h in held:
+            await run_to_end(_discard(h.conn))

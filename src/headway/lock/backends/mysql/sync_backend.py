@@ -1,0 +1,259 @@
+"""The synchronous MySQL/MariaDB lock backend: ``MySQLLockBackend``'s twin for threads.
+
+It sends the same statements and runs the same grant (``common``) over a sync
+SQLAlchemy engine (``mysql+pymysql://…``, the driver the ``mysql`` extra brings):
+one pooled session per lease, ``GET_LOCK`` waiting in the server, the TTL as the
+session's ``wait_timeout``, the fence raised after the grant. See ``backend`` for
+the design; what differs:
+
+- **Bounded round trips**: a thread cannot be cancelled, so each statement's reply
+  is bounded by the socket's read timeout, set for that statement (pymysql's
+  ``read_timeout``): ``timeout`` for a plain statement, the lock wait plus
+  ``timeout`` for the grant. A timed-out grant may still be waiting (or granted) on
+  the server: it is interrupted with ``KILL CONNECTION`` from another connection and its
+  session closed, as a cancelled async waiter's. Another driver's statements are
+  bounded only by what its own connect arguments say. Checking a connection out
+  waits as long as the engine's ``pool_timeout``.
+- **An interrupted call** (``KeyboardInterrupt`` in a waiting thread) ends the same
+  way: the wait is interrupted and the session closed, so nothing is left behind.
+- Extend and release of one lease from two threads (``SyncLock.hold``'s renewals)
+  take turns on the lease's connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import sqlalchemy.exc
+from sqlalchemy import Connection, Engine, TextClause
+
+from headway._clock import Clock
+from headway.lock.backends.mysql import common
+from headway.lock.backends.mysql.common import (
+    GIVE_BACK,
+    NOT_GRANTED,
+    RELEASE,
+    SESSION_ID,
+    TOUCH,
+    UNAVAILABLE,
+    Reply,
+    Step,
+    lock_name,
+    reply,
+    seconds,
+)
+from headway.lock.lease import Lease, check_timeout, check_ttl, new_token
+
+__all__ = ["SyncMySQLLockBackend"]
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Held:
+    conn: Connection
+    name: str
+    # One connection runs one statement at a time: extend and release queue here.
+    busy: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _discard(conn: Connection) -> None:
+    """Close the connection for good: the session ends, and its locks with it."""
+    with contextlib.suppress(Exception):
+        conn.invalidate()
+    with contextlib.suppress(Exception):
+        conn.close()
+
+
+@contextlib.contextmanager
+def _read_timeout(conn: Connection, seconds: float) -> Iterator[None]:
+    """Bound the replies read on ``conn`` to ``seconds`` (pymysql; another driver as is)."""
+    driver = getattr(conn.connection, "driver_connection", None)
+    if not hasattr(driver, "_read_timeout"):
+        yield
+        return
+    before = driver._read_timeout  # type: ignore[union-attr]
+    driver._read_timeout = seconds  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        driver._read_timeout = before  # type: ignore[union-attr]
+
+
+class SyncMySQLLockBackend(common.Common):
+    """Locks held as MySQL/MariaDB user-level locks, for threads (see the module doc).
+
+    Args:
+        engine: A sync SQLAlchemy engine of its own (``mysql+pymysql``), its pool
+            sized for the locks held or waited for at once (plus one connection for
+            a ``KILL CONNECTION``).
+        timeout: Bounds each round trip beyond the lock wait itself, in seconds: a
+            server that does not answer raises ``BackendUnavailable`` within it;
+            default 2.0.
+        clock: The monotonic clock of lease deadlines; default None:
+            ``time.monotonic``.
+
+    Raises:
+        ValueError: The engine is neither MySQL's nor MariaDB's, or a bad ``timeout``.
+    """
+
+    def __init__(self, engine: Engine, *, timeout: float = 2.0, clock: Clock | None = None) -> None:
+        super().__init__(engine, timeout, clock)
+        self.engine = engine
+        self._held: dict[str, _Held] = {}
+
+    def _execute(
+        self, conn: Connection, statement: TextClause, params: dict[str, Any], seconds: float
+    ) -> Any:
+        with _read_timeout(conn, seconds):
+            return conn.execute(statement, params)
+
+    def _run(self, conn: Connection, steps: Generator[Step, Reply, T]) -> T:
+        """Run ``steps`` (a flow from ``common``) on ``conn``."""
+        step = next(steps)
+        while True:
+            try:
+                result = self._execute(conn, step.statement, step.params, step.extra + self.timeout)
+                done = reply(result)
+            except sqlalchemy.exc.DBAPIError as exc:
+                try:
+                    step = steps.throw(exc)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+                continue
+            try:
+                step = steps.send(done)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+
+    def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
+        """As ``MySQLLockBackend.acquire``, blocking; the server does the waiting."""
+        ttl_ms = check_ttl(ttl)
+        wait = check_timeout(timeout)
+        name = lock_name(resource, self.database)
+        sent = self.clock()
+        for retry in (True, False):
+            conn, session = self._checkout()
+            try:
+                fence = self._run(conn, common.grant(name, wait, ttl_ms))
+                if fence and common.waited(sent, self.clock(), ttl_ms):
+                    # We waited: restart the server's TTL timer from a moment we know.
+                    sent = self.clock()
+                    self._execute(conn, TOUCH, {"ttl": seconds(ttl_ms)}, self.timeout)
+            except common.StaleSession as exc:
+                self._abandon(conn, session)
+                if retry:
+                    continue
+                raise self._unavailable(exc.__cause__ or exc) from exc
+            except sqlalchemy.exc.DBAPIError as exc:
+                if common.server_answered(exc):
+                    # The statement is over, perhaps granted: end the session.
+                    _discard(conn)
+                    if common.errno(exc) in NOT_GRANTED:
+                        raise self._not_acquired(resource, timeout) from exc
+                else:
+                    # Timed out or cut off mid-statement: the server may still be
+                    # waiting, or have granted the lock meanwhile.
+                    self._abandon(conn, session)
+                raise self._unavailable(exc) from exc
+            except BaseException:
+                self._abandon(conn, session)
+                raise
+            break
+        if not fence:
+            self._give_back(conn)
+            raise self._not_acquired(resource, timeout)
+        token = new_token()
+        self._held[token] = _Held(conn, name)
+        return Lease(resource, token, fence, sent + ttl_ms / 1000, ttl_ms / 1000)
+
+    def _checkout(self) -> tuple[Connection, int]:
+        """A pooled connection and its session id (``KILL CONNECTION`` needs it)."""
+        try:
+            conn = self.engine.connect()
+        except UNAVAILABLE as exc:
+            raise self._unavailable(exc) from exc
+        try:
+            return conn, self._session_id(conn)
+        except BaseException as exc:
+            _discard(conn)
+            if isinstance(exc, UNAVAILABLE):
+                raise self._unavailable(exc) from exc
+            raise
+
+    def _session_id(self, conn: Connection) -> int:
+        """pymysql has it from the handshake; another driver is asked once."""
+        thread_id = getattr(conn.connection.driver_connection, "thread_id", None)
+        if callable(thread_id):
+            return int(thread_id())
+        return int(self._execute(conn, SESSION_ID, {}, self.timeout).scalar_one())
+
+    def _abandon(self, conn: Connection, session: int) -> None:
+        """End a session whose lock statement we stopped reading, leaving nothing held."""
+        with contextlib.suppress(Exception), self.engine.connect() as killer:
+            # A closed socket does not end a GET_LOCK wait: the server must be told.
+            self._execute(killer, common.kill(session), {}, self.timeout)
+        _discard(conn)
+
+    def _give_back(self, conn: Connection) -> None:
+        """Restore the settings of a session that holds no lock and return it to the pool."""
+        try:
+            self._execute(conn, GIVE_BACK, {}, self.timeout)
+        except UNAVAILABLE:
+            _discard(conn)
+        except BaseException:
+            _discard(conn)
+            raise
+        else:
+            conn.close()
+
+    def extend(self, lease: Lease, ttl: float) -> Lease:
+        """As ``MySQLLockBackend.extend``, blocking."""
+        ttl_ms = check_ttl(ttl)
+        held = self._held.get(lease.token)
+        if held is None:
+            raise self._not_owned(lease, "extend")
+        with held.busy:
+            if self._held.get(lease.token) is not held:
+                raise self._not_owned(lease, "extend")
+            sent = self.clock()
+            try:
+                self._execute(held.conn, TOUCH, {"ttl": seconds(ttl_ms)}, self._bound(lease, sent))
+            except BaseException as exc:
+                # A session that failed a statement cannot be trusted to hold anything:
+                # end it, so the lock is freed for certain.
+                self._held.pop(lease.token, None)
+                _discard(held.conn)
+                if isinstance(exc, UNAVAILABLE):
+                    why = f" ({type(exc).__name__}: its session ended or did not answer)"
+                    raise self._not_owned(lease, "extend", why) from exc
+                raise
+        return lease.renewed(ttl_ms, sent)
+
+    def release(self, lease: Lease) -> None:
+        """As ``MySQLLockBackend.release``, blocking; ``LockNotOwned`` if it had lapsed."""
+        held = self._held.pop(lease.token, None)
+        if held is None:
+            raise self._not_owned(lease, "release")
+        with held.busy:
+            try:
+                self._execute(held.conn, RELEASE, {"name": held.name}, self.timeout)
+            except BaseException as exc:
+                _discard(held.conn)
+                if not isinstance(exc, UNAVAILABLE):
+                    raise
+                if not common.server_answered(exc) and common.timed_out(exc):
+                    # Closed from our side: the server frees the lock when it notices.
+                    raise self._unavailable(exc) from exc
+                raise self._not_owned(lease, "release", " (its session had ended)") from exc
+            held.conn.close()
+
+    def close(self) -> None:
+        """Release every lease still held (their sessions end; the engine stays yours)."""
+        held, self._held = list(self._held.values()), {}
+        for h in held:
+            _discard(h.conn)
