@@ -25,8 +25,10 @@ from headway import (
     LockNotAcquired,
     LockNotOwned,
     RateLimiter,
+    ReadWriteLock,
     RedisLockBackend,
     RedisRateLimitBackend,
+    Semaphore,
 )
 from tests.servers import RedisServers, SentinelGroup
 from tests.windows import NO_ROLLOVER
@@ -92,6 +94,26 @@ async def test_the_backends_drive_a_sentinel_managed_client_over_their_own_conne
     # Not the redis-py fallback: the pipelined connection took the socket over.
     assert limits._wires.direct()
     assert locks._wires.direct()
+
+
+async def test_read_write_locks_and_semaphores_over_a_sentinel_managed_client(
+    backends: Backends,
+) -> None:
+    rw = ReadWriteLock(backends.locks, "sentinel-rw", ttl=5, timeout=5)
+    readers = [await rw.read.acquire(timeout=0), await rw.read.acquire(timeout=0)]
+    writer = asyncio.create_task(rw.write.acquire())
+    for lease in readers:
+        assert not writer.done()
+        await rw.read.release(lease)
+    handed = await writer  # woken by the last reader's release, over the Sentinel's primary
+    assert handed.fence > max(lease.fence for lease in readers)
+    await rw.write.release(handed)
+    semaphore = Semaphore(backends.locks, "sentinel-pool", permits=2, ttl=5, timeout=0)
+    permits = [await semaphore.acquire(), await semaphore.acquire()]
+    with pytest.raises(LockNotAcquired):
+        await semaphore.acquire()
+    for lease in permits:
+        await semaphore.release(lease)
 
 
 async def test_a_demoted_server_answering_readonly_is_unavailable_and_dropped(
