@@ -4,7 +4,8 @@ the docs") is the convention for writers, and this module is its reference.
 
 A block runs as the body of an async function would (top-level ``await`` and
 ``async with`` allowed), in a fresh namespace, in a temporary directory (so the embedded
-defaults' ``headway.sqlite3`` lands there), on asyncio. An HTML comment on the line
+defaults' ``headway.sqlite3`` lands there), on asyncio; a block that awaits nothing runs
+in a thread of its own, where a script's ``asyncio.run(main())`` works. An HTML comment on the line
 before the fence may say more, space-separated:
 
 - ``setup=NAME[,NAME...]``: the namespace starts with the names those setups provide
@@ -423,9 +424,10 @@ async def run(block: Block, request: pytest.FixtureRequest, tmp_path: Path) -> N
         namespace: dict[str, Any] = {"__name__": "snippet", **provided}
         try:
             with only_test_services(monkeypatch):
-                result = eval(code, namespace)  # the docs' own code, on purpose
-                if inspect.iscoroutine(result):
-                    await result
+                if code.co_flags & inspect.CO_COROUTINE:
+                    await eval(code, namespace)  # the docs' own code, on purpose
+                else:  # in a thread, where a script's asyncio.run(main()) can run
+                    await asyncio.to_thread(eval, code, namespace)
         finally:
             await _close(namespace, provided)
             for collector in _default_registry_collectors() - collectors:
