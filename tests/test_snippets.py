@@ -127,3 +127,14 @@ async def test_a_skipped_snippet_says_why(request: pytest.FixtureRequest, tmp_pa
     )
     with pytest.raises(pytest.skip.Exception, match="a transcript"):
         await run(block, request, tmp_path)
+
+
+async def test_a_script_runs_its_own_event_loop(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    (block,) = _doc(
+        tmp_path,
+        "```python\nimport asyncio\n\n\nasync def main() -> int:\n    return 7\n\n\n"
+        "assert asyncio.run(main()) == 7\n```\n",
+    )
+    await run(block, request, tmp_path)
