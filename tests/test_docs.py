@@ -1,5 +1,5 @@
 """The docs name only what exists: files, ``headway.*`` names, and local links with their
-anchors. ``docs/decisions.md`` and ``CHANGELOG.md`` are histories: they may name what was
+anchors. ``docs/decisions/`` and ``CHANGELOG.md`` are histories: they may name what was
 removed since, so only their links are checked."""
 
 from __future__ import annotations
@@ -16,11 +16,14 @@ TRACKED = subprocess.run(
     ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
 ).stdout.split()
 GUIDES = ["README.md", "benchmarks/README.md"] + [
-    f for f in TRACKED if f.startswith("docs/") and f.endswith(".md") and f != "docs/decisions.md"
+    f
+    for f in TRACKED
+    if f.startswith("docs/") and f.endswith(".md") and not f.startswith("docs/decisions/")
 ]
-HISTORIES = ["docs/decisions.md", "CHANGELOG.md"]
-#: Files a walkthrough asks the reader to create (docs/extending.md's new algorithm).
-EXAMPLES = {"src/headway/lua/ratelimit/gcra2.lua", "lua/ratelimit/leasing/gcra2.lua"}
+HISTORIES = [f for f in TRACKED if f.startswith("docs/decisions/")] + ["CHANGELOG.md"]
+#: Files a walkthrough asks the reader to create (docs/extending.md's new algorithm,
+#: docs/getting-started.md's first app).
+EXAMPLES = {"src/headway/lua/ratelimit/gcra2.lua", "lua/ratelimit/leasing/gcra2.lua", "app.py"}
 
 FILE = re.compile(r"`([A-Za-z0-9_./-]+\.(?:py|lua|sql|md|toml|cfg))`")
 NAME = re.compile(r"`(headway(?:\.[A-Za-z_][A-Za-z0-9_]*)+)`")
@@ -76,3 +79,41 @@ def test_local_links_and_their_anchors_exist(doc: str) -> None:
         ):
             broken.append(target)
     assert broken == [], f"{doc} links to what does not exist: {broken}"
+
+
+REFERENCE = re.compile(r"^::: headway\.(\w+)$", flags=re.MULTILINE)
+
+
+def test_every_public_name_is_on_a_reference_page() -> None:
+    import headway
+
+    listed = [
+        name
+        for page in sorted((ROOT / "docs/reference").glob("*.md"))
+        for name in REFERENCE.findall(page.read_text())
+    ]
+    assert sorted(set(headway.__all__) - set(listed)) == [], "public names on no reference page"
+    assert sorted(set(listed) - set(headway.__all__)) == [], "reference entries not public"
+    assert sorted(n for n in set(listed) if listed.count(n) > 1) == [], "listed twice"
+
+
+def test_every_page_is_in_the_site() -> None:
+    nav = (ROOT / "mkdocs.yml").read_text()
+    pages = [f.removeprefix("docs/") for f in GUIDES + HISTORIES if f.startswith("docs/")]
+    assert [p for p in pages if f" {p}\n" not in nav] == []
+
+
+#: The README's opening: install + demo, install + tests. `.ci/run` runs the second.
+OPENING = """```sh
+python3 -m pip install uv && python3 -m uv run headway demo     # install, run the demo
+python3 -m pip install uv && python3 -m uv run pytest           # install, run the tests
+```"""
+
+
+def test_the_readme_is_a_front_door() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250, "the README is a front door: guides go in docs/"
+    before_first_section = readme.split("\n## ", 1)[0]
+    assert before_first_section.find("```") == before_first_section.find(OPENING) >= 0, (
+        "the README must open with the two commands"
+    )

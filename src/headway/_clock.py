@@ -31,7 +31,11 @@ class MonotonicClock:
 
 
 class FakeClock:
-    """A clock that only moves when told to (for tests and the reference model)."""
+    """A clock that only moves when told to (for tests and the reference model).
+
+    Args:
+        start: The time it reads until first advanced, in seconds.
+    """
 
     def __init__(self, start: float = 0.0) -> None:
         self.now = start
@@ -40,7 +44,14 @@ class FakeClock:
         return self.now
 
     def advance(self, seconds: float) -> None:
-        """Move time forward by ``seconds``."""
+        """Move time forward.
+
+        Args:
+            seconds: How far, in seconds (>= 0).
+
+        Raises:
+            ValueError: ``seconds`` is negative.
+        """
         if seconds < 0:
             raise ValueError("time only moves forward")
         self.now += seconds

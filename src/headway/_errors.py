@@ -47,7 +47,12 @@ class HeadwayError(Exception):
 class BackendUnavailable(HeadwayError):
     """The backend (Redis, a Redlock quorum, the database) could not answer in time.
 
-    Catch it to fail open or closed deliberately; ``backend`` names what failed.
+    Catch it to fail open or closed deliberately.
+
+    Args:
+        message: What failed, and for how long it was waited on.
+        backend: The name of the backend that failed (``redis``, ``postgres``...), kept
+            as ``.backend``.
     """
 
     def __init__(self, message: str, *, backend: str) -> None:
@@ -65,7 +70,10 @@ class DatabaseNotMigrated(BackendUnavailable):
 class ConcurrencyLimitExceeded(HeadwayError):
     """Every slot of a concurrency limit is in use; the block did not run.
 
-    ``admission`` holds the numbers for a reply (limit, in flight, retry after).
+    Args:
+        message: Which key, and how many of its slots are in use.
+        admission: The refused ``Admission``, kept as ``.admission``: the numbers for a
+            reply (limit, in flight, retry after).
     """
 
     def __init__(self, message: str, *, admission: Admission) -> None:
@@ -74,7 +82,13 @@ class ConcurrencyLimitExceeded(HeadwayError):
 
 
 class IdempotencyError(HeadwayError):
-    """An idempotent function's call was refused; ``namespace`` and ``key`` name the record."""
+    """An idempotent function's call was refused.
+
+    Args:
+        message: Why.
+        namespace: The function's namespace, kept as ``.namespace``.
+        key: The idempotency key of the call, kept as ``.key``.
+    """
 
     def __init__(self, message: str, *, namespace: str, key: str) -> None:
         super().__init__(message)
@@ -98,7 +112,12 @@ class ResultNotSerializable(IdempotencyError, TypeError):
 
 
 class LockError(HeadwayError):
-    """A lock operation failed; ``resource`` names the lock."""
+    """A lock operation failed.
+
+    Args:
+        message: What failed.
+        resource: The lock's resource name, kept as ``.resource``.
+    """
 
     def __init__(self, message: str, *, resource: str) -> None:
         super().__init__(message)

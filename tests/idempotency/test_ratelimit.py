@@ -1,8 +1,8 @@
 """Both middlewares mounted: a replay costs no rate-limit quota when idempotency is outside.
 
-The README says to mount ``IdempotencyMiddleware`` outside (before) ``RateLimitMiddleware``:
-a replay is then answered before the limiter sees it. The opposite order charges replays,
-which is why the README recommends the first one.
+docs/idempotency.md says to mount ``IdempotencyMiddleware`` outside (before)
+``RateLimitMiddleware``: a replay is then answered before the limiter sees it. The opposite
+order charges replays, which is why the guide recommends the first one.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ async def test_replays_cost_no_quota_with_idempotency_outside(store: RecordStore
 
 
 async def test_replays_are_charged_with_the_limiter_outside(store: RecordStore) -> None:
-    """The order the README warns against: the limiter counts replays like new requests."""
+    """The order the guide warns against: the limiter counts replays like new requests."""
     charges: list[int] = []
     async with connect(app(store, charges, idempotency_outside=False)) as client:
         first = await pay(client, '"order-1"')

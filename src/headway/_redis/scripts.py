@@ -4,7 +4,7 @@ Each script is also a function library (``FUNCTION LOAD``): the files it include
 once, when the library loads, and the script's own body becomes the library's one
 function, called with ``FCALL``. As an ``EVAL`` script the includes would run again
 on every call, defining their local functions and tables afresh (measured in
-``docs/decisions.md``, "Scripts as Redis functions").
+``docs/decisions/redis.md``, "Scripts as Redis functions").
 
 A call goes through stages (``resend_stage``), each tried only when the one before
 failed in a way that says the call did not run:

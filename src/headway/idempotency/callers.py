@@ -7,7 +7,7 @@ partition per caller, so another caller's key is invisible (its own request simp
 runs). Callers nobody can name share one partition (``UNVERIFIED``) in which nothing
 is ever replayed: a key already used there is answered with a conflict, because the
 middleware cannot tell a retry from another caller behind the same proxy. See
-``docs/idempotency.md`` (threat model) and ``docs/decisions.md``.
+``docs/idempotency.md`` (threat model) and ``docs/decisions/idempotency.md``.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ __all__ = ["UNVERIFIED", "Caller", "ScopeFunction", "by_credentials", "identify"
 
 log = logging.getLogger("headway.idempotency")
 
-#: Names the caller of a request (sync or async); None when it cannot tell.
 ScopeFunction = Callable[[Scope], "str | Awaitable[str | None] | None"]
+"""Names the caller of a request from its ASGI scope (sync or async); None when it cannot
+tell."""
 
 
 def scope_id(caller: str) -> str:
@@ -45,6 +46,9 @@ def by_credentials(scope: Scope) -> str | None:
     cookie may be re-signed on every response and a proxy gives every caller one
     address. Apps with such callers name them with a scope function
     (``SessionCookie("sid")``, ``AuthenticatedUser()``, ``ApiKey("x-api-key")``).
+
+    Args:
+        scope: The request's ASGI scope.
     """
     credentials = header(scope, b"authorization")
     if credentials is None or not credentials.strip():

@@ -54,6 +54,13 @@ class RecordBackend(Protocol):
         PROCESSING records are returned too (``response`` None), whether their lease
         lives or not. A COMPLETED record's ``response`` is what ``complete`` stored,
         its ``body`` None when that was stored without one.
+
+        Args:
+            scope: Whose record: the caller's scope (HTTP) or the function's namespace.
+            key: The idempotency key.
+
+        Raises:
+            BackendUnavailable: The store cannot answer (``backend="database"``).
         """
         ...
 
@@ -78,6 +85,16 @@ class RecordBackend(Protocol):
 
         The decision and the write are one step: of concurrent claims of one (scope,
         key), in any number of processes, at most one is CLAIMED.
+
+        Args:
+            scope: Whose record: the caller's scope (HTTP) or the function's namespace.
+            key: The idempotency key.
+            fingerprint: What the request (or call) is, to tell a retry from a reuse.
+            lease_token: The claiming worker's lease token (random, its own).
+            lease_ttl: The record's lease in seconds from now, on the store's clock.
+
+        Raises:
+            BackendUnavailable: The store cannot answer (``backend="database"``).
         """
         ...
 
@@ -87,6 +104,15 @@ class RecordBackend(Protocol):
         Only if the record is PROCESSING with ``fence`` (one compare-and-set); False,
         writing nothing, if it was taken over, released or completed. The engine
         renews every third of ``lease_ttl`` and stops the work on False.
+
+        Args:
+            scope: Whose record: the caller's scope (HTTP) or the function's namespace.
+            key: The idempotency key.
+            fence: The fence our claim got.
+            lease_ttl: The new lease in seconds from now, on the store's clock.
+
+        Raises:
+            BackendUnavailable: The store cannot answer (``backend="database"``).
         """
         ...
 
@@ -97,6 +123,15 @@ class RecordBackend(Protocol):
         record keeps ``response`` (status, headers, and ``body``, which may be None), has
         no lease any more, and is kept the store's ``ttl`` from now. False, writing
         nothing, otherwise: the outcome must not count (a newer worker owns the key).
+
+        Args:
+            scope: Whose record: the caller's scope (HTTP) or the function's namespace.
+            key: The idempotency key.
+            fence: The fence our claim got.
+            response: The outcome to keep (status, headers, body).
+
+        Raises:
+            BackendUnavailable: The store cannot answer (``backend="database"``).
         """
         ...
 
@@ -105,5 +140,13 @@ class RecordBackend(Protocol):
 
         Only if the record is PROCESSING with ``fence`` (one compare-and-set); a
         COMPLETED record, or one another worker took over, is left as it is (False).
+
+        Args:
+            scope: Whose record: the caller's scope (HTTP) or the function's namespace.
+            key: The idempotency key.
+            fence: The fence our claim got.
+
+        Raises:
+            BackendUnavailable: The store cannot answer (``backend="database"``).
         """
         ...

@@ -5,7 +5,7 @@ release. The faces render what it returns: ``middleware`` and ``answers`` as HTT
 responses, ``function`` as a return value or an exception.
 
 One fencing rule: the record's fence is the database's (random below 2**40 on insert,
-the old one + 1 on a takeover), whether the lock was taken or not; docs/decisions.md
+the old one + 1 on a takeover), whether the lock was taken or not; docs/decisions/idempotency.md
 says why.
 """
 

@@ -9,25 +9,28 @@ from typing import Literal
 
 __all__ = ["IdempotencyEvent", "IdempotencyEventKind", "IdempotencyHook"]
 
-#: What happened to one key:
-#: ``claimed`` (a first execution starts), ``replayed`` (a stored result was returned),
-#: ``completed`` (the result was stored under the fence), ``released`` (the claim was
-#: given up, e.g. the work raised, so the key can be retried; without a ``claimed`` before
-#: it when a claim is given back before the work starts, as when the lock backend is down
-#: and the middleware answers 503 or the function raises), ``conflict`` (the key is
-#: in flight elsewhere), ``key_reused`` (the key came back with different input).
 IdempotencyEventKind = Literal[
     "claimed", "replayed", "completed", "released", "conflict", "key_reused"
 ]
+"""What happened to one key:
+``claimed`` (a first execution starts), ``replayed`` (a stored result was returned),
+``completed`` (the result was stored under the fence), ``released`` (the claim was
+given up, e.g. the work raised, so the key can be retried; without a ``claimed`` before
+it when a claim is given back before the work starts, as when the lock backend is down
+and the middleware answers 503 or the function raises), ``conflict`` (the key is
+in flight elsewhere), ``key_reused`` (the key came back with different input)."""
 
 
 @dataclass(frozen=True, slots=True)
 class IdempotencyEvent:
     """One outcome for one key, as the ``on_event`` hook sees it.
 
-    ``scope`` is the caller's scope (HTTP) or the function's namespace;
-    ``source`` is ``"http"`` for the middleware and ``"function"`` for idempotent
-    functions. ``fence`` is the claim's fencing token when there is one.
+    Attributes:
+        kind: What happened (``IdempotencyEventKind``).
+        scope: The caller's scope (HTTP) or the function's namespace.
+        key: The idempotency key.
+        source: ``"http"`` for the middleware, ``"function"`` for idempotent functions.
+        fence: The claim's fencing token when there is one, else None.
     """
 
     kind: IdempotencyEventKind
@@ -37,6 +40,6 @@ class IdempotencyEvent:
     fence: int | None = None
 
 
-#: The hook: called once per event; may be sync or async. An exception it raises is
-#: logged and swallowed: metrics must never change what the caller gets.
 IdempotencyHook = Callable[[IdempotencyEvent], "Awaitable[None] | None"]
+"""The hook: called once per ``IdempotencyEvent``; may be sync or async. An exception it
+raises is logged and swallowed: metrics must never change what the caller gets."""

@@ -38,10 +38,10 @@ __all__ = [
 
 log = logging.getLogger("headway.idempotency")
 
-#: ``(scope, body) -> str | bytes``; the record keeps the sha256 of what it returns. Called
-#: in the event loop for every request with a key, before the record is looked up: keep
-#: it a pure function of the request (no I/O: a retry must get the same answer).
 FingerprintFunction = Callable[[Scope, bytes], str | bytes]
+"""``(scope, body) -> str | bytes``; the record keeps the sha256 of what it returns. Called
+in the event loop for every request with a key, before the record is looked up: keep
+it a pure function of the request (no I/O: a retry must get the same answer)."""
 
 _NOT_JSON: Any = object()
 
@@ -103,6 +103,10 @@ def default_fingerprint(scope: Scope, body: bytes) -> str:
 
     See the module's docstring for what counts as the same JSON. A wrapper can change the
     body first or add to the result: ``default_fingerprint(scope, drop_nonce(body))``.
+
+    Args:
+        scope: The request's ASGI scope.
+        body: The whole request body.
     """
     method, path = _route(scope)
     query = scope.get("query_string", b"")
@@ -143,6 +147,12 @@ def fingerprint_fields(*fields: str) -> FingerprintFunction:
     Values compare as ``default_fingerprint`` compares JSON. The query string, the content
     type and every other field are left out. A body that is not a JSON object (whatever
     its content type says) is fingerprinted whole, by ``default_fingerprint``.
+
+    Args:
+        *fields: The fields compared (at least one): top-level keys or dotted paths.
+
+    Raises:
+        ValueError: No field, or an empty one (or an empty part of a path).
     """
     if not fields:
         raise ValueError("fingerprint_fields needs at least one field")

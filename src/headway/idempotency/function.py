@@ -52,7 +52,7 @@ RESULT, ERROR = 200, 500
 
 
 class IdempotentDecorator(Protocol):
-    """What ``idempotent_function(...)`` returns: keeps the decorated signature."""
+    """What ``idempotent_function(...)`` returns: a decorator keeping the signature."""
 
     def __call__(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
 
@@ -74,18 +74,46 @@ def idempotent_function(
 ) -> IdempotentDecorator:
     """Run the decorated function (async or sync) once per key; later calls get its result.
 
-    The key is a hash of the bound arguments (less those named in ``ignore``), or
-    what ``key(*args, **kwargs)`` returns; the same key with different arguments
-    raises ``IdempotencyKeyReused``. Keys are scoped by ``namespace`` (default: the
-    function's module and qualified name). Results are kept ``ttl`` s (default: the
-    store's; only a ``RecordStore`` takes it, a ``RecordBackend`` of your own keeps its
-    own) as ``serializer`` (default JSON) writes them; every caller, the first included,
-    gets ``loads(dumps(result))``. A result it cannot store raises
-    ``ResultNotSerializable``. An exception releases the key (a retry runs again),
-    unless it is an instance of ``store_errors``: then it is stored and replayed.
-    A call while the key runs elsewhere raises ``IdempotencyInProgress``, or with
-    ``on_conflict="wait"`` waits up to ``wait_timeout`` s for its result. ``store`` and
-    ``lock_backend`` default to a SQLite file and the in-memory lock (one process).
+    Every caller, the first included, gets ``loads(dumps(result))``. An exception
+    releases the key (a retry runs again), unless it is an instance of
+    ``store_errors``: then it is stored and replayed.
+
+    Args:
+        store: Where the records live; default None: a SQLite file
+            (``headway.sqlite3``), one process.
+        lock_backend: The lock taken beside each claim; default None: a
+            ``MemoryLockBackend``, one process.
+        key: A function of the call's arguments returning its key; default None: a
+            hash of the bound arguments (less those named in ``ignore``).
+        namespace: Scopes the keys; default None: the function's module and
+            qualified name.
+        ignore: Names of arguments left out of the key and of the comparison of a
+            retry's arguments; default none.
+        ttl: Seconds a result is kept; default None: the store's. Only a
+            ``RecordStore`` takes it; a ``RecordBackend`` of your own keeps its own.
+        lease_ttl: The running call's lease in seconds, renewed while it runs;
+            default 30.0.
+        on_conflict: A call while the key runs elsewhere: ``"raise"`` (default)
+            ``IdempotencyInProgress``, or ``"wait"`` up to ``wait_timeout`` for its
+            result.
+        wait_timeout: How long ``on_conflict="wait"`` waits, in seconds; default 10.0.
+        serializer: Writes and reads the results (``Serializer``); default None:
+            ``JsonSerializer()``.
+        store_errors: Exception classes stored and replayed like results; default
+            none: an exception releases the key.
+        on_event: An ``IdempotencyHook`` told of each outcome (``IdempotencyEvent``,
+            ``source="function"``); default None.
+
+    Raises:
+        ValueError: A bad ``on_conflict``, ``ttl``, ``lease_ttl`` or ``wait_timeout``
+            (when ``idempotent_function`` is called).
+        TypeError: ``store_errors`` holds something that is not an Exception class.
+        IdempotencyKeyReused: (a call) The key was used before with other arguments.
+        IdempotencyInProgress: (a call) The key runs elsewhere (or the wait ran out).
+        ResultNotSerializable: (a call) The serializer cannot store the result.
+        BackendUnavailable: (a call) The store or the lock backend did not answer.
+        LockLost: (a call) The call's lease was lost, or a newer claim took the record
+            over and the result was not stored.
     """
     _check_options(on_conflict, ttl, lease_ttl, wait_timeout, store_errors)
     records = store or RecordStore.from_url("sqlite+aiosqlite:///headway.sqlite3")

@@ -49,33 +49,53 @@ class IdempotencyMiddleware:
     request gets 422, a missing key (when ``required``) or a malformed one 400, all
     as ``application/problem+json``.
 
-    Records are filed per caller: ``scope_function(scope)`` (sync or async) names the
-    caller, by default a hash of the ``Authorization`` header (``by_credentials``); the
-    rate-limit identities (``SessionCookie("sid")``, ``ApiKey(...)``,
-    ``AuthenticatedUser()``, ``ClientAddress(trusted_proxies=...)``) fit too. Another
-    caller's key is invisible: its request runs as its own. A caller it names None
-    (or a scope function that fails) is unnamed: its key runs once and any request
-    reusing it gets 409 ``idempotency-key-unverified``, never a replay.
+    Records are filed per caller (``scope_function``). Another caller's key is
+    invisible: its request runs as its own. A caller named None (or a scope function
+    that fails) is unnamed: its key runs once and any request reusing it gets 409
+    ``idempotency-key-unverified``, never a replay.
 
-    ``store`` defaults to a SQLite file (``headway.sqlite3``) and
-    ``lock_backend`` to the in-memory backend: one process. In production use
-    a ``RecordStore`` on PostgreSQL and a ``RedisLockBackend``; a store of your own
-    implements ``RecordBackend``.
+    429 responses are never stored, nor 5xx unless ``store_server_errors``: the record
+    is released so a retry runs again. When the database or the lock backend is down
+    the answer is 503 with ``Retry-After`` and nothing is recorded.
 
-    Responses up to ``max_body`` bytes are stored whole; a larger one is
-    recorded as done without its body, and a retry gets 410 (the request is
-    never run twice). A request body over ``max_request_body`` bytes gets 413
-    before anything runs (it is read whole to fingerprint it). 429 responses are never
-    stored, and 5xx only with ``store_server_errors``: the record is released so a retry
-    runs again.
-    When the database or the lock backend is down the answer is 503 with
-    ``Retry-After`` and nothing is recorded; with ``database_fallback`` a lock
-    backend outage is survived by excluding on the record's primary key and
-    its database lease alone. ``on_event`` is told of every claimed, replayed,
-    completed, released, conflict and key_reused outcome (``IdempotencyEvent``,
-    ``source="http"``); its errors are logged and swallowed. ``fingerprint`` says when a
-    retry is the same request (``default_fingerprint``: a JSON body compared as data; see
-    ``fingerprints``); if it raises, the client gets a 500 problem and nothing runs.
+    Args:
+        app: The ASGI app behind the middleware.
+        store: Where the records live; default None: a SQLite file
+            (``headway.sqlite3``), one process. In production a ``RecordStore`` on
+            PostgreSQL; a store of your own implements ``RecordBackend``.
+        lock_backend: The lock taken beside each claim; default None: a
+            ``MemoryLockBackend``, one process. In production a ``RedisLockBackend``.
+        methods: The HTTP methods honouring the header; default ``("POST", "PATCH")``.
+        required: Answer 400 to a request of ``methods`` without a key; default False.
+        scope_function: Names the caller (sync or async; None when it cannot tell);
+            default ``by_credentials``, a hash of the ``Authorization`` header. The
+            rate-limit identities (``SessionCookie("sid")``, ``ApiKey(...)``,
+            ``AuthenticatedUser()``, ``ClientAddress(trusted_proxies=...)``) fit too.
+        lease_ttl: The first request's lease in seconds (> 0, at most a week),
+            renewed every third of it while it runs; default 5.0.
+        wait: How long a duplicate in flight waits for the first to finish and
+            replays it, in seconds (>= 0); default 0.0: it gets 409 at once.
+        max_body: Responses up to this many bytes are stored whole; a larger one is
+            recorded as done without its body, and a retry gets 410 (the request is
+            never run twice). Default 1 MiB.
+        max_request_body: A request body over this many bytes gets 413 before
+            anything runs (it is read whole to fingerprint it); default 10 MiB.
+        store_server_errors: Store 5xx responses too (else the key is released for a
+            retry); default False.
+        retry_after: The ``Retry-After`` of a 503 (a backend down), in seconds;
+            default 1.
+        database_fallback: Survive a lock backend outage by excluding on the record's
+            primary key and its database lease alone; default False (503).
+        on_event: An ``IdempotencyHook`` told of every claimed, replayed, completed,
+            released, conflict and key_reused outcome (``IdempotencyEvent``,
+            ``source="http"``); its errors are logged and swallowed. Default None.
+        fingerprint: Says when a retry is the same request; default
+            ``default_fingerprint``: a JSON body compared as data (see
+            ``fingerprints``). If it raises, the client gets a 500 problem and nothing
+            runs.
+
+    Raises:
+        ValueError: A bad ``lease_ttl`` or ``wait``.
     """
 
     def __init__(
@@ -122,7 +142,8 @@ class IdempotencyMiddleware:
             log.warning(
                 "an Idempotency-Key request came from a caller the scope function %r could "
                 "not name: such keys run once and are never replayed (409 on a retry). "
-                "Name callers with scope_function= (docs/idempotency.md#callers)",
+                "Name callers with scope_function= "
+                "(docs/idempotency.md#callers-who-may-receive-a-stored-response)",
                 getattr(self.scope_function, "__qualname__", self.scope_function),
             )
 

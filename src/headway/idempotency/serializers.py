@@ -20,11 +20,22 @@ class Serializer(Protocol):
     """Turns results into bytes and back (``loads(dumps(v))`` is what every caller gets)."""
 
     def dumps(self, value: Any) -> bytes:
-        """``value`` as bytes; ``TypeError`` (naming the type) if it cannot be stored."""
+        """``value`` as bytes.
+
+        Args:
+            value: The function's result (or a stored error's data).
+
+        Raises:
+            TypeError: ``value`` cannot be stored faithfully (the message names its type).
+        """
         ...
 
     def loads(self, data: bytes) -> Any:
-        """The value ``dumps`` wrote."""
+        """The value ``dumps`` wrote.
+
+        Args:
+            data: The bytes ``dumps`` returned.
+        """
         ...
 
 
@@ -42,7 +53,14 @@ class JsonSerializer:
     """
 
     def dumps(self, value: Any) -> bytes:
-        """``value`` as JSON bytes; ``TypeError`` naming what JSON cannot hold."""
+        """``value`` as JSON bytes.
+
+        Args:
+            value: The function's result.
+
+        Raises:
+            TypeError: ``value`` holds what JSON cannot (the message names it).
+        """
         try:
             text = json.dumps(value, default=_refuse, allow_nan=False, separators=(",", ":"))
         except ValueError as exc:  # NaN, infinity, a circular reference
@@ -51,7 +69,11 @@ class JsonSerializer:
         return text.encode()
 
     def loads(self, data: bytes) -> Any:
-        """The value ``dumps`` wrote."""
+        """The value ``dumps`` wrote.
+
+        Args:
+            data: The bytes ``dumps`` returned.
+        """
         return json.loads(data)
 
 

@@ -46,7 +46,7 @@ REPORT_EVERY = 300.0
 
 #: ``from_url``'s engine on a database server: no connection opened and closed per
 #: request under concurrency (SQLAlchemy's default, 5 + 10 overflow, churned one per
-#: request beyond five in flight); docs/decisions.md has the numbers.
+#: request beyond five in flight); docs/decisions/idempotency.md has the numbers.
 SERVER_ENGINE: dict[str, Any] = {"pool_size": 20, "max_overflow": 0}
 #: SQLite: one writer at a time, so writers wait for the file lock rather than fail.
 SQLITE_ENGINE: dict[str, Any] = {"connect_args": {"timeout": 30}}
@@ -65,12 +65,21 @@ class RecordStore:
     """Idempotency records in SQL (PostgreSQL, SQLite, MySQL/MariaDB): the built-in
     ``RecordBackend``, plus what operators need (``forget``, ``purge``, ``aclose``).
 
-    ``ttl`` is how long a record is kept (and replayed), in seconds, counted on
-    the database's clock. Every operation is bounded by ``timeout`` seconds; a
-    database that is down or too slow raises ``BackendUnavailable(backend="database")``.
-    On ``postgresql+asyncpg`` the hot statements run on the driver connection (half the
-    client CPU); ``driver=False`` keeps them in SQLAlchemy's execution, where its
-    ``before_cursor_execute`` events (tracing, metrics) see them.
+    A database that is down or too slow raises ``BackendUnavailable(backend="database")``;
+    a missing table ``DatabaseNotMigrated``.
+
+    Args:
+        engine: An async SQLAlchemy engine (``from_url`` makes one).
+        ttl: How long a record is kept (and replayed), in seconds, counted on the
+            database's clock; default 86,400 (a day).
+        timeout: The bound on every operation, in seconds; default 5.0.
+        driver: On ``postgresql+asyncpg``, run the hot statements on the driver
+            connection (half the client CPU); default True. False keeps them in
+            SQLAlchemy's execution, where its ``before_cursor_execute`` events
+            (tracing, metrics) see them.
+
+    Raises:
+        ValueError: ``ttl`` or ``timeout`` <= 0.
     """
 
     def __init__(
@@ -108,9 +117,6 @@ class RecordStore:
     ) -> RecordStore:
         """A store on a new engine for ``url``, an async SQLAlchemy URL.
 
-        ``create_table`` (default: only for SQLite, the embedded setup) creates
-        the table on first use; elsewhere run ``headway migrate``.
-
         Pool sizing: on PostgreSQL and MySQL/MariaDB the engine keeps up to
         ``pool_size=20`` connections and opens no overflow (``max_overflow=0``). Each
         statement holds a connection only while it runs, so 20 serve every request one
@@ -125,8 +131,22 @@ class RecordStore:
         the options ask for ``pool_pre_ping``, ``pool_recycle`` or another ``poolclass``;
         ``aclose`` gives them back.
 
-        A URL it cannot use raises ``ValueError`` (a sync driver, not a URL) or
-        ``ImportError`` (the driver is not installed), saying which URL or extra to use.
+        Args:
+            url: An async SQLAlchemy URL (``postgresql+asyncpg://...``,
+                ``sqlite+aiosqlite:///file``, ``mysql+aiomysql://...``).
+            ttl: How long a record is kept, in seconds; default a day.
+            timeout: The bound on every operation, in seconds; default 5.0.
+            driver: As for the constructor; default True.
+            create_table: Create the table on first use; default None: only for
+                SQLite (the embedded setup). Elsewhere run ``headway migrate``.
+            engine_options: Keyword arguments for ``create_async_engine``, replacing
+                the defaults above key by key; default None.
+
+        Raises:
+            ValueError: A URL it cannot use (a sync driver, not a URL), saying which
+                to use; or ``ttl`` or ``timeout`` <= 0.
+            ImportError: The URL's driver is not installed (the message names the
+                extra).
         """
         parsed = parse(url)
         is_sqlite = parsed.get_backend_name() == "sqlite"
@@ -240,8 +260,21 @@ class RecordStore:
         ``renew``. An expired record is replaced; a PROCESSING record whose lease ran
         out (its worker died or stalled) is taken over with a newer token; a COMPLETED
         one is returned for replay. A different fingerprint gives MISMATCH; a live
-        holder BUSY, with ``lease_left``. One statement (one round trip) on PostgreSQL, SQLite and
-        MariaDB.
+        holder BUSY, with ``lease_left``. One statement (one round trip) on PostgreSQL,
+        SQLite and MariaDB.
+
+        Args:
+            scope: Whose record: the caller's scope (HTTP) or the function's namespace.
+            key: The idempotency key.
+            fingerprint: What the request (or call) is, to tell a retry from a reuse.
+            lease_token: The claiming worker's lease token.
+            lease_ttl: The record's lease in seconds, on the database clock.
+            fence: A fencing token of the caller's own; default None: the database
+                picks it.
+
+        Raises:
+            BackendUnavailable: The database is down or slower than ``timeout``.
+            DatabaseNotMigrated: The records table does not exist.
         """
         if not one_statement(self.engine.dialect):
 
@@ -288,6 +321,15 @@ class RecordStore:
         it would let a retry run while the first execution still runs. Even forced, that
         first execution cannot store its result afterwards (its fenced write finds no
         record). Only ``REMOVED`` is true, as the bool this returned before.
+
+        Args:
+            scope: Whose record (for HTTP, the caller's scope; for a function, its
+                namespace).
+            key: The idempotency key.
+            force: Delete a record still in flight too; default False.
+
+        Raises:
+            BackendUnavailable: The database is down or slower than ``timeout``.
         """
         if await self._accepted(writes.forget(scope, key, force=force), self._sqlalchemy):
             return ForgetOutcome.REMOVED
@@ -298,7 +340,15 @@ class RecordStore:
         return ForgetOutcome.NOT_FOUND
 
     async def purge(self, *, batch_size: int = 1000) -> int:
-        """Delete expired records in batches of ``batch_size``; return how many."""
+        """Delete expired records, one transaction per batch; return how many.
+
+        Args:
+            batch_size: Records deleted per transaction (>= 1); default 1000.
+
+        Raises:
+            ValueError: ``batch_size`` < 1.
+            BackendUnavailable: The database is down or slower than ``timeout``.
+        """
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
 

@@ -60,6 +60,16 @@ class LockBackend(Protocol):
         is woken by a release, not by polling. An acquire that times out or is
         cancelled leaves nothing behind: no place in a queue, and no grant (a grant
         its caller never received is released).
+
+        Args:
+            resource: The lock's name.
+            ttl: The lease length in seconds (> 0, at most a week).
+            timeout: How long to wait, in seconds (0: one attempt; at most a week).
+
+        Raises:
+            LockNotAcquired: Not granted within ``timeout``.
+            BackendUnavailable: The store cannot answer.
+            ValueError: A bad ``ttl`` or ``timeout`` (``TypeError`` for a non-number).
         """
         ...
 
@@ -70,6 +80,13 @@ class LockBackend(Protocol):
         held by another lease, which is left untouched. A release whose caller is
         cancelled once it started still releases (``Lock.release`` promises that and
         relies on the backend for it), then lets the cancellation through.
+
+        Args:
+            lease: The lease to release.
+
+        Raises:
+            LockNotOwned: The lease is no longer held.
+            BackendUnavailable: The store cannot answer.
         """
         ...
 
@@ -80,6 +97,15 @@ class LockBackend(Protocol):
         ``ttl`` and a deadline counted from before the request was sent:
         ``lease.renewed(ttl_ms, sent)``. A lease that is no longer held (as for
         ``release``) is not brought back. ``hold()`` turns LockNotOwned into LockLost.
+
+        Args:
+            lease: The lease to renew.
+            ttl: The new length in seconds, from now.
+
+        Raises:
+            LockNotOwned: The lease is no longer held.
+            BackendUnavailable: The store cannot answer.
+            ValueError: A bad ``ttl``.
         """
         ...
 
@@ -90,13 +116,42 @@ class SyncLockBackend(Protocol):
     name: str
 
     def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
-        """As ``LockBackend.acquire``, blocking."""
+        """As ``LockBackend.acquire``, blocking.
+
+        Args:
+            resource: The lock's name.
+            ttl: The lease length in seconds (> 0, at most a week).
+            timeout: How long to wait, in seconds (0: one attempt; at most a week).
+
+        Raises:
+            LockNotAcquired: Not granted within ``timeout``.
+            BackendUnavailable: The store cannot answer.
+            ValueError: A bad ``ttl`` or ``timeout`` (``TypeError`` for a non-number).
+        """
 
     def release(self, lease: Lease) -> None:
-        """As ``LockBackend.release``, blocking."""
+        """As ``LockBackend.release``, blocking.
+
+        Args:
+            lease: The lease to release.
+
+        Raises:
+            LockNotOwned: The lease is no longer held.
+            BackendUnavailable: The store cannot answer.
+        """
 
     def extend(self, lease: Lease, ttl: float) -> Lease:
-        """As ``LockBackend.extend``, blocking."""
+        """As ``LockBackend.extend``, blocking.
+
+        Args:
+            lease: The lease to renew.
+            ttl: The new length in seconds, from now.
+
+        Raises:
+            LockNotOwned: The lease is no longer held.
+            BackendUnavailable: The store cannot answer.
+            ValueError: A bad ``ttl``.
+        """
 
 
 class ModalLockBackend(LockBackend, Protocol):
@@ -122,6 +177,10 @@ class ModalLockBackend(LockBackend, Protocol):
         together, such as readers woken at once, may hold theirs in any order). A release
         wakes every waiter that now fits, not just the first. The family is independent
         of the resource's exclusive lock and of the other family.
+
+        Args:
+            mode: The mode (``READ``, ``WRITE``, or ``permits(n)``); its kind is one of
+                ``modes``.
         """
         ...
 
@@ -132,7 +191,11 @@ class SyncModalLockBackend(SyncLockBackend, Protocol):
     modes: frozenset[ModeKind]
 
     def for_mode(self, mode: LockMode) -> SyncLockBackend:
-        """As ``ModalLockBackend.for_mode``, blocking."""
+        """As ``ModalLockBackend.for_mode``, blocking.
+
+        Args:
+            mode: The mode; its kind is one of ``modes``.
+        """
         ...
 
 

@@ -11,19 +11,24 @@ __all__ = ["LockEvent", "LockEventKind", "LockHook", "report"]
 
 log = logging.getLogger("headway.lock")
 
-#: ``acquired`` / ``not_acquired`` (the wait timed out) / ``released`` / ``lost`` (the
-#: release found the lease lapsed or taken over) / ``errored`` (the backend failed).
 LockEventKind = Literal["acquired", "not_acquired", "released", "lost", "errored"]
+"""``acquired`` / ``not_acquired`` (the wait timed out) / ``released`` / ``lost`` (the
+release found the lease lapsed or taken over) / ``errored`` (the backend failed)."""
 
 
 @dataclass(frozen=True, slots=True)
 class LockEvent:
     """One lock operation, as the ``on_event`` hook sees it.
 
-    ``waited`` is how long an acquire took (acquire events), ``held`` how long the
-    lease was held until its release (release events, when this ``Lock`` granted it);
-    both in seconds on the lock's clock. ``backend`` is the backend's kind
-    (``"redis"``, ``"postgres"``, ...).
+    Attributes:
+        kind: What happened (``LockEventKind``).
+        resource: The lock's name.
+        backend: The backend's kind (``"redis"``, ``"postgres"``, ...).
+        waited: How long an acquire took, in seconds on the lock's clock (acquire
+            events; else None).
+        held: How long the lease was held until its release, in seconds (release
+            events, when this ``Lock`` granted it; else None).
+        fence: The lease's fencing token, when there is a lease.
     """
 
     kind: LockEventKind
@@ -34,9 +39,9 @@ class LockEvent:
     fence: int | None = None
 
 
-#: The hook: sync, called inline after the operation. An exception it raises is logged
-#: and swallowed: metrics must never change what the caller gets.
 LockHook = Callable[[LockEvent], None]
+"""The hook: sync, called inline after the operation with a ``LockEvent``. An exception
+it raises is logged and swallowed: metrics must never change what the caller gets."""
 
 
 def report(hook: LockHook, event: LockEvent) -> None:

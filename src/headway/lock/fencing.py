@@ -51,8 +51,22 @@ def fenced_update_statement(
 ) -> Update:
     """Build the fenced ``UPDATE`` (without running it), e.g. to add ``.returning()``.
 
-    ``values`` may hold SQL expressions (``{"n": table.c.n + 1}``). A row whose
-    fence is NULL has never been written under a lock and accepts any token.
+    A row whose fence is NULL has never been written under a lock and accepts any
+    token.
+
+    Args:
+        table: The SQLAlchemy ``Table`` written.
+        where: The row to write: a SQL condition, or column name -> value pairs
+            compared with ``=``; it must select at most one row (a primary or unique
+            key).
+        values: Column name -> value to write; values may be SQL expressions
+            (``{"n": table.c.n + 1}``). Not the fence column.
+        fence: The lease's fencing token (``Lease.fence``).
+        fence_column: The column remembering the highest fence; default ``"fence"``.
+
+    Raises:
+        TypeError: ``fence`` is not an int.
+        ValueError: ``values`` sets the fence column, or ``where`` is an empty mapping.
     """
     if isinstance(fence, bool) or not isinstance(fence, int):
         raise TypeError(f"fence must be an int, not {type(fence).__name__}")
@@ -94,7 +108,22 @@ async def fenced_update(
     Returns ``True`` if the write was accepted (the row now carries ``fence``),
     ``False`` if the row holds a higher fence or does not exist. The statement
     runs in the caller's transaction; committing it stays the caller's job.
-    ``where`` must select at most one row (a primary or unique key).
+
+    Args:
+        conn: The ``AsyncConnection`` or ``AsyncSession`` whose transaction the statement runs in.
+        table: The SQLAlchemy ``Table`` written.
+        where: The row to write: a SQL condition, or column name -> value pairs
+            compared with ``=``; it must select at most one row (a primary or unique
+            key).
+        values: Column name -> value to write; values may be SQL expressions
+            (``{"n": table.c.n + 1}``). Not the fence column.
+        fence: The lease's fencing token (``Lease.fence``).
+        fence_column: The column remembering the highest fence; default ``"fence"``.
+
+    Raises:
+        TypeError: ``fence`` is not an int.
+        ValueError: ``values`` sets the fence column, or ``where`` is an empty mapping;
+            or the condition matched several rows (all written: roll back).
     """
     stmt = fenced_update_statement(table, where, values, fence=fence, fence_column=fence_column)
     return _accepted(await conn.execute(stmt))
@@ -109,6 +138,26 @@ def fenced_update_sync(
     fence: int,
     fence_column: str = "fence",
 ) -> bool:
-    """The synchronous ``fenced_update``, for ``Connection`` and ``Session``."""
+    """The synchronous ``fenced_update``, for ``Connection`` and ``Session``.
+
+    Returns ``True`` if the write was accepted (the row now carries ``fence``),
+    ``False`` if the row holds a higher fence or does not exist.
+
+    Args:
+        conn: The ``Connection`` or ``Session`` whose transaction the statement runs in.
+        table: The SQLAlchemy ``Table`` written.
+        where: The row to write: a SQL condition, or column name -> value pairs
+            compared with ``=``; it must select at most one row (a primary or unique
+            key).
+        values: Column name -> value to write; values may be SQL expressions
+            (``{"n": table.c.n + 1}``). Not the fence column.
+        fence: The lease's fencing token (``Lease.fence``).
+        fence_column: The column remembering the highest fence; default ``"fence"``.
+
+    Raises:
+        TypeError: ``fence`` is not an int.
+        ValueError: ``values`` sets the fence column, or ``where`` is an empty mapping;
+            or the condition matched several rows (all written: roll back).
+    """
     stmt = fenced_update_statement(table, where, values, fence=fence, fence_column=fence_column)
     return _accepted(conn.execute(stmt))

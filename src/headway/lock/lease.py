@@ -18,14 +18,18 @@ MAX_SECONDS = 7 * 24 * 3600.0
 class Lease:
     """Proof of holding a lock, returned by ``acquire``.
 
-    ``fence`` is the fencing token: it increases with every lease granted on the
-    resource, so a store that remembers the highest token it has seen can reject
-    writes from a holder that was paused past its lease; it is 0 only from a backend
-    told to count none (``RedlockBackend(fencing=False)``), and then proves nothing to a
-    store. ``deadline`` is the
-    monotonic time (``time.monotonic()``) until which the holder may assume it
-    still owns the lock; it is counted from *before* the acquire request was
-    sent, so it never overstates the lease.
+    Attributes:
+        resource: The lock's name.
+        token: 128 random bits (hex): this lease's own, never shared between tasks.
+        fence: The fencing token: it increases with every lease granted on the
+            resource, so a store that remembers the highest token it has seen can
+            reject writes from a holder that was paused past its lease. It is 0 only
+            from a backend told to count none (``RedlockBackend(fencing=False)``),
+            and then proves nothing to a store.
+        deadline: The monotonic time (``time.monotonic()``) until which the holder
+            may assume it still owns the lock; counted from *before* the acquire
+            request was sent, so it never overstates the lease.
+        ttl: The lease's length in seconds, as granted.
     """
 
     resource: str
@@ -35,11 +39,21 @@ class Lease:
     ttl: float
 
     def remaining(self, now: float | None = None) -> float:
-        """Seconds of validity left (negative once expired)."""
+        """Seconds of validity left (negative once expired).
+
+        Args:
+            now: The monotonic time to count from; default None: ``time.monotonic()``.
+        """
         return self.deadline - (time.monotonic() if now is None else now)
 
     def renewed(self, ttl_ms: int, sent: float) -> Lease:
-        """This lease renewed for ``ttl_ms`` ms, counted from ``sent`` (when renewal was asked)."""
+        """This lease renewed (for backends: the value a successful ``extend`` returns).
+
+        Args:
+            ttl_ms: The new length in milliseconds.
+            sent: The monotonic time the renewal was asked, in seconds: the new
+                deadline counts from it.
+        """
         return Lease(self.resource, self.token, self.fence, sent + ttl_ms / 1000, ttl_ms / 1000)
 
 

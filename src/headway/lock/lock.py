@@ -30,10 +30,24 @@ class Lock:
     """A named lock over an async backend.
 
     The lock object holds no lease: every ``acquire`` returns a new ``Lease``,
-    so tasks sharing one ``Lock`` never share a lease. ``ttl`` is the lease
-    length and ``timeout`` how long ``acquire`` waits, both in seconds.
-    ``on_event`` (a ``LockHook``) is told each acquire's wait and each lease's
-    hold time; without it, nothing is timed.
+    so tasks sharing one ``Lock`` never share a lease.
+
+    Args:
+        backend: The lock backend (``RedisLockBackend``, ``PostgresLockBackend``...).
+        resource: The lock's name; locks of the same name on the same backend exclude
+            each other.
+        ttl: The lease length in seconds (> 0, at most a week); default 30.0. A holder
+            that dies loses the lock after it.
+        timeout: How long ``acquire`` waits by default, in seconds (0: a single
+            attempt; at most a week); default 10.0.
+        clock: The monotonic clock of renewals and of the event hook's times; default
+            None: ``time.monotonic``.
+        on_event: A ``LockHook`` told each acquire's wait and each lease's hold time
+            (``LockEvent``); default None: nothing is timed.
+
+    Raises:
+        TypeError: ``resource`` is not a str, or seconds of the wrong type.
+        ValueError: ``ttl`` <= 0, ``timeout`` < 0, or either infinite or over a week.
     """
 
     def __init__(
@@ -64,7 +78,18 @@ class Lock:
         return f"Lock({self.resource!r}, backend={self.backend.name}, ttl={self.ttl:g})"
 
     async def acquire(self, *, timeout: float | None = None, ttl: float | None = None) -> Lease:
-        """Wait up to ``timeout`` s for the lock; raise ``LockNotAcquired`` after that."""
+        """Wait up to ``timeout`` seconds for the lock; the ``Lease`` proves holding it.
+
+        Args:
+            timeout: How long to wait, in seconds (0: a single attempt); default None:
+                the lock's ``timeout``.
+            ttl: The lease length in seconds; default None: the lock's ``ttl``.
+
+        Raises:
+            LockNotAcquired: The lock was not free within ``timeout``.
+            BackendUnavailable: The backend did not answer.
+            ValueError: A bad ``ttl`` or ``timeout``.
+        """
         pending = self.backend.acquire(
             self.resource,
             self.ttl if ttl is None else ttl,
@@ -89,7 +114,15 @@ class Lock:
         return lease
 
     async def release(self, lease: Lease) -> None:
-        """Release ``lease`` (shielded from cancellation); ``LockNotOwned`` if it lapsed."""
+        """Release ``lease``, shielded from cancellation.
+
+        Args:
+            lease: What ``acquire`` returned.
+
+        Raises:
+            LockNotOwned: The lease had lapsed (or been taken over): nothing was touched.
+            BackendUnavailable: The backend did not answer.
+        """
         if self.on_event is None:
             return await self.backend.release(lease)
         kind: LockEventKind = "released"
@@ -119,7 +152,16 @@ class Lock:
         report(self.on_event, event)
 
     async def extend(self, lease: Lease, ttl: float | None = None) -> Lease:
-        """Renew ``lease`` for ``ttl`` s from now; ``LockNotOwned`` if it lapsed."""
+        """Renew ``lease`` for ``ttl`` seconds from now; returns the renewed ``Lease``.
+
+        Args:
+            lease: The lease to renew (the latest one ``acquire`` or ``extend`` gave).
+            ttl: The new length in seconds, from now; default None: the lock's ``ttl``.
+
+        Raises:
+            LockNotOwned: The lease had lapsed (or been taken over).
+            BackendUnavailable: The backend did not answer.
+        """
         return await self.backend.extend(lease, self.ttl if ttl is None else ttl)
 
     def hold(
@@ -135,6 +177,19 @@ class Lock:
         TTL). If a renewal is refused, or the lease runs out because Redis does
         not answer, or the block outlives ``max_hold`` s, the block is cancelled
         and ``LockLost`` is raised: the holder never keeps working unknowingly.
+
+        Args:
+            timeout: How long to wait for the lock, in seconds; default None: the
+                lock's ``timeout``.
+            renew_every: Seconds between renewals, > 0 and < ``ttl``; default None: a
+                third of the lock's ``ttl``.
+            max_hold: The longest the block may run, in seconds; default None: no limit.
+
+        Raises:
+            LockNotAcquired: The lock was not free within ``timeout``.
+            LockLost: The lease could not be kept; the block was cancelled.
+            BackendUnavailable: The backend did not answer the acquire.
+            ValueError: A bad ``renew_every`` or ``max_hold``.
         """
         interval = _check_hold(self.ttl, renew_every, max_hold)
         return _Hold(self, timeout, interval, max_hold)
@@ -181,7 +236,21 @@ class _Hold:
 
 
 class SyncLock:
-    """The synchronous ``Lock``: the same operations over a sync backend."""
+    """The synchronous ``Lock``: the same operations over a sync backend.
+
+    Args:
+        backend: The lock backend (``SyncRedisLockBackend``).
+        resource: The lock's name; locks of the same name on the same backend exclude
+            each other.
+        ttl: The lease length in seconds (> 0, at most a week); default 30.0. A holder
+            that dies loses the lock after it.
+        timeout: How long ``acquire`` waits by default, in seconds (0: a single
+            attempt; at most a week); default 10.0.
+
+    Raises:
+        TypeError: Seconds of the wrong type.
+        ValueError: ``ttl`` <= 0, ``timeout`` < 0, or either infinite or over a week.
+    """
 
     def __init__(
         self,
@@ -202,7 +271,18 @@ class SyncLock:
         return f"SyncLock({self.resource!r}, backend={self.backend.name}, ttl={self.ttl:g})"
 
     def acquire(self, *, timeout: float | None = None, ttl: float | None = None) -> Lease:
-        """Wait up to ``timeout`` s for the lock; raise ``LockNotAcquired`` after that."""
+        """Wait up to ``timeout`` seconds for the lock; the ``Lease`` proves holding it.
+
+        Args:
+            timeout: How long to wait, in seconds (0: a single attempt); default None:
+                the lock's ``timeout``.
+            ttl: The lease length in seconds; default None: the lock's ``ttl``.
+
+        Raises:
+            LockNotAcquired: The lock was not free within ``timeout``.
+            BackendUnavailable: The backend did not answer.
+            ValueError: A bad ``ttl`` or ``timeout``.
+        """
         return self.backend.acquire(
             self.resource,
             self.ttl if ttl is None else ttl,
@@ -210,11 +290,28 @@ class SyncLock:
         )
 
     def release(self, lease: Lease) -> None:
-        """Release ``lease``; ``LockNotOwned`` if it lapsed."""
+        """Release ``lease``.
+
+        Args:
+            lease: What ``acquire`` returned.
+
+        Raises:
+            LockNotOwned: The lease had lapsed (or been taken over): nothing was touched.
+            BackendUnavailable: The backend did not answer.
+        """
         self.backend.release(lease)
 
     def extend(self, lease: Lease, ttl: float | None = None) -> Lease:
-        """Renew ``lease`` for ``ttl`` s from now; ``LockNotOwned`` if it lapsed."""
+        """Renew ``lease`` for ``ttl`` seconds from now; returns the renewed ``Lease``.
+
+        Args:
+            lease: The lease to renew (the latest one ``acquire`` or ``extend`` gave).
+            ttl: The new length in seconds, from now; default None: the lock's ``ttl``.
+
+        Raises:
+            LockNotOwned: The lease had lapsed (or been taken over).
+            BackendUnavailable: The backend did not answer.
+        """
         return self.backend.extend(lease, self.ttl if ttl is None else ttl)
 
     @contextlib.contextmanager
@@ -225,6 +322,18 @@ class SyncLock:
 
         Sync code cannot be interrupted, so a lost lease is reported when the
         block ends, as ``LockLost``; use fencing tokens to protect writes.
+
+        Args:
+            timeout: How long to wait for the lock, in seconds; default None: the
+                lock's ``timeout``.
+            renew_every: Seconds between renewals, > 0 and < ``ttl``; default None: a
+                third of the lock's ``ttl``.
+
+        Raises:
+            LockNotAcquired: The lock was not free within ``timeout``.
+            LockLost: The lease could not be kept; raised when the block ends.
+            BackendUnavailable: The backend did not answer the acquire.
+            ValueError: A bad ``renew_every``.
         """
         interval = _check_hold(self.ttl, renew_every, None)
         lease = self.acquire(timeout=timeout)

@@ -35,7 +35,14 @@ class LockMode:
     """A way to hold a resource: ``read``, ``write``, or one of ``capacity`` permits.
 
     ``family`` names the lock the mode belongs to ("rw" or "permits"): modes of one
-    family exclude each other by weight; different families never meet.
+    family exclude each other by weight; different families never meet. Backends
+    receive modes (``ModalLockBackend.for_mode``); users take them from
+    ``ReadWriteLock`` and ``Semaphore``.
+
+    Attributes:
+        kind: ``"read"``, ``"write"`` or ``"permits"``.
+        capacity: What the holders' weights must fit in: 2**30 (``WHOLE``) for a
+            read-write lock, the number of permits for a semaphore.
     """
 
     kind: ModeKind

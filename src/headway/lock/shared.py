@@ -36,6 +36,20 @@ class ReadWriteLock:
     and readers queued behind a writer enter together after it. Every lease has a
     fence; a writer's is greater than every earlier holder's, a reader's greater than
     the last writer's. Independent of ``Lock(backend, resource)`` on the same name.
+
+    Args:
+        backend: A backend with lock modes (``ModalLockBackend``: Redis, PostgreSQL,
+            ZooKeeper, memory...).
+        resource: The lock's name.
+        ttl: The lease length in seconds (> 0, at most a week); default 30.0.
+        timeout: How long ``acquire`` waits by default, in seconds; default 10.0.
+        clock: The monotonic clock of renewals and of the event hook's times; default
+            None: ``time.monotonic``.
+        on_event: A ``LockHook`` told each acquire's wait and each lease's hold time
+            (``LockEvent``); default None: nothing is timed.
+
+    Raises:
+        ValueError: The backend offers no read-write locks, or a bad ``ttl`` or ``timeout``.
     """
 
     def __init__(
@@ -70,6 +84,22 @@ class Semaphore(Lock):
     back), ``hold()`` holds one. A crashed holder's permit comes back when its lease
     ends. Processes may use different ``permits`` for one name: each acquire sets the
     name's number; holders past a lowered number keep their permits.
+
+    Args:
+        backend: A backend with lock modes (``ModalLockBackend``: Redis, PostgreSQL,
+            ZooKeeper, memory...).
+        resource: The lock's name.
+        permits: How many holders at once, 1 to 2**30.
+        ttl: The lease length in seconds (> 0, at most a week); default 30.0.
+        timeout: How long ``acquire`` waits by default, in seconds; default 10.0.
+        clock: The monotonic clock of renewals and of the event hook's times; default
+            None: ``time.monotonic``.
+        on_event: A ``LockHook`` told each acquire's wait and each lease's hold time
+            (``LockEvent``); default None: nothing is timed.
+
+    Raises:
+        TypeError: ``permits`` is not an int.
+        ValueError: The backend offers no semaphores, or a bad ``ttl``, ``timeout`` or ``permits``.
     """
 
     def __init__(
@@ -99,7 +129,17 @@ class Semaphore(Lock):
 
 
 class SyncReadWriteLock:
-    """The synchronous ``ReadWriteLock``: ``read`` and ``write`` are ``SyncLock``s."""
+    """The synchronous ``ReadWriteLock``: ``read`` and ``write`` are ``SyncLock``s.
+
+    Args:
+        backend: A backend with lock modes (``SyncModalLockBackend``).
+        resource: The lock's name.
+        ttl: The lease length in seconds (> 0, at most a week); default 30.0.
+        timeout: How long ``acquire`` waits by default, in seconds; default 10.0.
+
+    Raises:
+        ValueError: The backend offers no read-write locks, or a bad ``ttl`` or ``timeout``.
+    """
 
     def __init__(
         self,
@@ -119,7 +159,19 @@ class SyncReadWriteLock:
 
 
 class SyncSemaphore(SyncLock):
-    """The synchronous ``Semaphore``."""
+    """The synchronous ``Semaphore``.
+
+    Args:
+        backend: A backend with lock modes (``SyncModalLockBackend``).
+        resource: The lock's name.
+        permits: How many holders at once, 1 to 2**30.
+        ttl: The lease length in seconds (> 0, at most a week); default 30.0.
+        timeout: How long ``acquire`` waits by default, in seconds; default 10.0.
+
+    Raises:
+        TypeError: ``permits`` is not an int.
+        ValueError: The backend offers no semaphores, or a bad ``ttl``, ``timeout`` or ``permits``.
+    """
 
     def __init__(
         self,

@@ -26,9 +26,12 @@ __all__ = ["OpenTelemetryMetrics"]
 class OpenTelemetryMetrics:
     """Counters and histograms on an OpenTelemetry meter (``headway[otel]``).
 
-    ``meter_provider`` defaults to the global one (set up by the application's SDK).
     Give its methods to the hooks, as with ``PrometheusMetrics``. Histograms are in
     seconds; names are the Prometheus names (the exporters add their own suffixes).
+
+    Args:
+        meter_provider: Where the meter comes from; default None: the global one (set
+            up by the application's SDK).
     """
 
     def __init__(self, meter_provider: metrics.MeterProvider | None = None) -> None:
@@ -44,15 +47,27 @@ class OpenTelemetryMetrics:
                 self._instruments[instrument.name].record(amount, attributes)
 
     def on_decision(self, event: RateLimitEvent) -> None:
-        """A ``DecisionHook``: count the decision, a refusal, a backend error."""
+        """A ``DecisionHook``: count the decision, a refusal, a backend error.
+
+        Args:
+            event: The decision, as the middleware, decorator or dependency reports it.
+        """
         self._record(measures_of_decision(event))
 
     def on_lock(self, event: LockEvent) -> None:
-        """A ``LockHook``: record the wait or the hold time; count a backend error."""
+        """A ``LockHook``: record the wait or the hold time; count a backend error.
+
+        Args:
+            event: The lock operation, as ``Lock(on_event=...)`` reports it.
+        """
         self._record(measures_of_lock(event))
 
     def on_idempotency(self, event: IdempotencyEvent) -> None:
-        """An ``IdempotencyHook``: count the outcome."""
+        """An ``IdempotencyHook``: count the outcome.
+
+        Args:
+            event: The outcome, as the middleware or an idempotent function reports it.
+        """
         self._record(measures_of_idempotency(event))
 
 

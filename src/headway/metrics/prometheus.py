@@ -29,6 +29,14 @@ class PrometheusMetrics:
     decorator, ``on_lock`` to ``Lock(on_event=...)``, ``on_idempotency`` to an
     idempotency ``on_event``. One object per registry: registering the metrics twice
     on one registry is refused by ``prometheus_client``.
+
+    Args:
+        registry: Where the metrics are registered; default None: ``prometheus_client``'s
+            global ``REGISTRY``.
+
+    Raises:
+        ValueError: The registry holds headway's metrics already (``prometheus_client``'s
+            duplicate error).
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -58,13 +66,25 @@ class PrometheusMetrics:
                 metric.observe(amount)
 
     def on_decision(self, event: RateLimitEvent) -> None:
-        """A ``DecisionHook``: count the decision, a refusal, a backend error."""
+        """A ``DecisionHook``: count the decision, a refusal, a backend error.
+
+        Args:
+            event: The decision, as the middleware, decorator or dependency reports it.
+        """
         self._record(measures_of_decision(event))
 
     def on_lock(self, event: LockEvent) -> None:
-        """A ``LockHook``: observe the wait or the hold time; count a backend error."""
+        """A ``LockHook``: observe the wait or the hold time; count a backend error.
+
+        Args:
+            event: The lock operation, as ``Lock(on_event=...)`` reports it.
+        """
         self._record(measures_of_lock(event))
 
     def on_idempotency(self, event: IdempotencyEvent) -> None:
-        """An ``IdempotencyHook``: count the outcome."""
+        """An ``IdempotencyHook``: count the outcome.
+
+        Args:
+            event: The outcome, as the middleware or an idempotent function reports it.
+        """
         self._record(measures_of_idempotency(event))

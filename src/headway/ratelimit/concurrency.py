@@ -57,10 +57,23 @@ class ConcurrencyLimiter:
     ``acquire`` answers at once (it does not wait for a slot to free up);
     ``hold`` wraps a block: it raises ``ConcurrencyLimitExceeded`` when
     refused, renews the lease while the block runs and releases it at the
-    end, whatever the end. ``budget`` bounds each backend call in seconds; a
-    backend that fails or is slower gives ``policy.on_error``'s admission.
-    With no backend, an in-memory one serves this process; a Redis backend
-    is a ``RedisRateLimitBackend`` (the rate limiter's may be shared).
+    end, whatever the end. A backend that fails or is slower than ``budget``
+    gives ``policy.on_error``'s admission. A Redis backend is a
+    ``RedisRateLimitBackend`` (the rate limiter's may be shared).
+
+    Args:
+        policy: The ``Concurrency`` limit: slots per key, their TTL, the failure mode.
+        backend: Where the slots are held; default None: a new ``MemoryRateLimitBackend``, for this
+            process only.
+        budget: Seconds each backend call may take (finite, >= 0); default 0.25.
+        retry_on_error: The ``retry_after`` (seconds) of a failure-mode admission that
+            refuses; default 1.0.
+        clock: The monotonic clock of deadlines and renewals; default None:
+            ``time.monotonic``.
+
+    Raises:
+        TypeError: ``policy`` is not a ``Concurrency``, or seconds of the wrong type.
+        ValueError: Seconds negative or infinite.
     """
 
     def __init__(
@@ -85,7 +98,17 @@ class ConcurrencyLimiter:
         return f"ConcurrencyLimiter({self.policy!r}, backend={self.backend.name})"
 
     async def acquire(self, key: str) -> Admission:
-        """Take a slot on ``key`` if one is free; the admission holds it (release it!)."""
+        """Take a slot on ``key`` if one is free; the admission holds it (release it!).
+
+        Answers at once, without waiting for a slot; a backend that fails or is too
+        slow gives ``policy.on_error``'s admission.
+
+        Args:
+            key: Whose slots: any str.
+
+        Raises:
+            TypeError: ``key`` is not a str.
+        """
         _check(self.policy, key)
         try:
             return await self.permits.admit(key)
@@ -98,6 +121,9 @@ class ConcurrencyLimiter:
         Returns False when there was nothing to release: no slot (refused,
         failed open), a lease that had already ended, or a backend that did
         not answer (the lease then ends by itself).
+
+        Args:
+            admission: What ``acquire`` returned, or the slot's ``Lease`` itself.
         """
         lease = _lease(admission)
         if lease is None:
@@ -111,8 +137,17 @@ class ConcurrencyLimiter:
         return True
 
     async def extend(self, slot: Lease, ttl: float | None = None) -> Lease:
-        """Renew ``slot`` for ``ttl`` s from now (default: the policy's); ``LockNotOwned`` if
-        its lease had ended, ``BackendUnavailable`` if the backend did not answer."""
+        """Renew ``slot`` for ``ttl`` seconds from now.
+
+        Args:
+            slot: The slot's lease (``Admission.slot``).
+            ttl: The new lease length in seconds from now; default None: the
+                policy's ``ttl``.
+
+        Raises:
+            LockNotOwned: The slot's lease had ended.
+            BackendUnavailable: The backend did not answer.
+        """
         return await self.permits.extend(slot, self.policy.ttl if ttl is None else ttl)
 
     @contextlib.asynccontextmanager
@@ -126,6 +161,16 @@ class ConcurrencyLimiter:
         ended (or the backend was unreachable for a whole TTL) the block is
         cancelled and ``LockLost`` raised, as for any lock. A failure mode that
         admits without a slot runs the block unguarded.
+
+        Args:
+            key: Whose slots: any str.
+            renew: Renew the slot while the block runs; default True. Without it, a
+                block outliving ``policy.ttl`` loses its slot unnoticed.
+
+        Raises:
+            ConcurrencyLimitExceeded: No slot was free (or the failure mode refused).
+            LockLost: A renewal found the slot gone; the block was cancelled.
+            TypeError: ``key`` is not a str.
         """
         admission = await self.acquire(key)
         if not admission.allowed:
@@ -152,6 +197,19 @@ class SyncConcurrencyLimiter:
     ``hold`` releases the slot when its block ends; a block that may outlast
     ``policy.ttl`` should call ``extend``. The latency budget is the backend
     client's socket timeout (``SyncRedisRateLimitBackend.from_url``).
+
+    Args:
+        policy: The ``Concurrency`` limit: slots per key, their TTL, the failure mode.
+        backend: Where the slots are held; default None: a new
+            ``SyncMemoryRateLimitBackend``, for this process only.
+        retry_on_error: The ``retry_after`` (seconds) of a failure-mode admission that
+            refuses; default 1.0.
+        clock: The monotonic clock of deadlines and renewals; default None:
+            ``time.monotonic``.
+
+    Raises:
+        TypeError: ``policy`` is not a ``Concurrency``, or seconds of the wrong type.
+        ValueError: Seconds negative or infinite.
     """
 
     def __init__(
@@ -174,7 +232,17 @@ class SyncConcurrencyLimiter:
         return f"SyncConcurrencyLimiter({self.policy!r}, backend={self.backend.name})"
 
     def acquire(self, key: str) -> Admission:
-        """Take a slot on ``key`` if one is free (see ``ConcurrencyLimiter.acquire``)."""
+        """Take a slot on ``key`` if one is free; the admission holds it (release it!).
+
+        Answers at once, without waiting for a slot; a backend that fails gives
+        ``policy.on_error``'s admission.
+
+        Args:
+            key: Whose slots: any str.
+
+        Raises:
+            TypeError: ``key`` is not a str.
+        """
         _check(self.policy, key)
         try:
             return self.permits.admit(key)
@@ -184,7 +252,15 @@ class SyncConcurrencyLimiter:
             return failed_admission(self.policy, self.retry_on_error)
 
     def release(self, admission: Admission | Lease) -> bool:
-        """Give the slot back (see ``ConcurrencyLimiter.release``)."""
+        """Give the slot back; never raises for the backend.
+
+        Returns False when there was nothing to release: no slot (refused,
+        failed open), a lease that had already ended, or a backend that did
+        not answer (the lease then ends by itself).
+
+        Args:
+            admission: What ``acquire`` returned, or the slot's ``Lease`` itself.
+        """
         lease = _lease(admission)
         if lease is None:
             return False
@@ -197,12 +273,30 @@ class SyncConcurrencyLimiter:
         return True
 
     def extend(self, slot: Lease, ttl: float | None = None) -> Lease:
-        """Renew ``slot`` (see ``ConcurrencyLimiter.extend``)."""
+        """Renew ``slot`` for ``ttl`` seconds from now.
+
+        Args:
+            slot: The slot's lease (``Admission.slot``).
+            ttl: The new lease length in seconds from now; default None: the
+                policy's ``ttl``.
+
+        Raises:
+            LockNotOwned: The slot's lease had ended.
+            BackendUnavailable: The backend did not answer.
+        """
         return self.permits.extend(slot, self.policy.ttl if ttl is None else ttl)
 
     @contextlib.contextmanager
     def hold(self, key: str) -> Iterator[Admission]:
-        """Run a block in a slot on ``key`` (see ``ConcurrencyLimiter.hold``), without renewal."""
+        """Run a block in a slot on ``key``, released when the block ends; no renewal.
+
+        Args:
+            key: Whose slots: any str.
+
+        Raises:
+            ConcurrencyLimitExceeded: No slot was free (or the failure mode refused).
+            TypeError: ``key`` is not a str.
+        """
         admission = self.acquire(key)
         if not admission.allowed:
             raise _refused(admission, key)

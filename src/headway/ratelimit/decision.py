@@ -36,7 +36,16 @@ _FAILED_CLOSED = Source.FAILED_CLOSED
 
 @dataclass(frozen=True, slots=True)
 class PolicyDecision:
-    """One policy's part of a decision (times in seconds)."""
+    """One policy's part of a decision.
+
+    Attributes:
+        policy: The policy.
+        allowed: Whether it admitted the request.
+        remaining: Units it could still admit right after this decision.
+        reset_after: Seconds until its quota is whole again.
+        retry_after: Seconds before a retry of the same cost could pass it (0 when
+            admitted).
+    """
 
     policy: Policy
     allowed: bool
@@ -49,14 +58,20 @@ class PolicyDecision:
 class Decision:
     """Whether a request may proceed, and what a client should be told.
 
-    ``policy`` is the policy the numbers describe: the one that rejected with
-    the longest wait, or, when admitted, the one with the fewest units left.
-    ``remaining`` is what could still be admitted right after this decision;
-    ``reset_after`` the seconds until that policy's quota is whole again;
-    ``retry_after`` the seconds before a retry of the same cost could succeed
-    (0 when admitted). ``source`` tells whether the backend decided or a
-    failure mode did (then ``remaining`` and ``reset_after`` are unknown, 0).
-    ``policies`` holds every policy's own numbers (empty for failure modes).
+    A decision is true when allowed (``if await limiter.hit(key): ...``).
+
+    Attributes:
+        allowed: Whether the request may proceed (every policy admitted it).
+        limit: ``policy``'s limit (or capacity), in units.
+        remaining: What could still be admitted right after this decision, in units.
+        reset_after: Seconds until ``policy``'s quota is whole again.
+        retry_after: Seconds before a retry of the same cost could succeed (0 when
+            admitted).
+        policy: The policy the numbers describe: the one that rejected with the
+            longest wait, or, when admitted, the one with the fewest units left.
+        source: Whether the backend decided, the blocked-key cache, or a failure mode
+            (then ``remaining`` and ``reset_after`` are unknown, 0).
+        policies: Every policy's own numbers (empty for failure modes).
     """
 
     allowed: bool
@@ -82,7 +97,7 @@ class Decision:
 # instance of a writable class with the very same slots, then set its ``__class__`` to the
 # frozen one (CPython allows that between classes of one layout; the check below fails at
 # import if the fields change): the same objects, equal, hashable and immutable once made.
-# Measured against the constructors (docs/decisions.md, "Plain values on the hot path"):
+# Measured against the constructors (docs/decisions/ratelimit.md, "Plain values on the hot path"):
 # a leased ``hit`` 0.7-0.9 -> 1.6-1.8 us p50 without it; a ``hit`` on Redis 89,300 ->
 # 105,600 client instructions (one policy), 112,000 -> 140,600 (three).
 _P_FIELDS = ("policy", "allowed", "remaining", "reset_after", "retry_after")

@@ -1,7 +1,7 @@
 """Leased quota, the reference model: what ``lua/ratelimit/lease.lua`` does, in Python.
 
 A lease charges ``k`` units of a key's quota at once, through each algorithm's
-own model, and says for how long each unit may be spent (see ``docs/decisions.md``,
+own model, and says for how long each unit may be spent (see ``docs/decisions/ratelimit.md``,
 "Leased quota"). Each algorithm declares in its ``algorithms.ALGORITHMS`` entry
 whether and how it is leased, with one of the values below, which add to its model:
 

@@ -43,10 +43,17 @@ if hasattr(os, "register_at_fork"):
 class Leasing:
     """Take quota from the backend in chunks, decide in process (exact: see docs/ratelimit.md).
 
-    ``chunk``: most units one lease takes. ``share``: most of a key's remaining
-    quota one lease takes (so near the end each decision is one call again, and one
-    process cannot sit on the last units). ``hold``: seconds after which a lease's
-    unspent units go back (a bucket's units expire sooner, as it refills).
+    Args:
+        chunk: The most units one lease takes, 1 to 10**9; default 128.
+        share: The most of a key's remaining quota one lease takes, 0.001 to 1
+            (kept in thousandths); default 0.125. Near the end each decision is one
+            call again, and one process cannot sit on the last units.
+        hold: Seconds after which a lease's unspent units go back, 0.001 to 60;
+            default 0.1 (a bucket's units expire sooner, as it refills).
+
+    Raises:
+        TypeError: ``chunk`` is not an int.
+        ValueError: A parameter out of range.
     """
 
     chunk: int = 128

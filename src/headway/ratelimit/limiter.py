@@ -29,12 +29,27 @@ class RateLimiter(Shell):
     """Several policies guarding each key, checked together in one backend call.
 
     ``budget`` bounds every backend call in seconds: a backend that fails or is
-    slower gives the failure-mode decision (allowed only if every policy says
-    ``on_error="allow"``; ``retry_on_error`` is its ``retry_after`` when denied).
-    ``cache_blocked`` (True or a number of keys) answers rejections for keys
-    known to be blocked without a round trip. ``lease`` (a ``Leasing``) takes quota
-    from the backend in chunks and decides in process, exactly (docs/ratelimit.md).
-    With no backend, an in-memory one serves this process.
+    slower gives the failure-mode decision: allowed only if every policy says
+    ``on_error="allow"``.
+
+    Args:
+        *policies: The policies (at least one; no two alike), all checked on each call.
+        backend: Where the state lives; default None: a new ``MemoryRateLimitBackend``, for this
+            process only.
+        budget: Seconds each backend call may take (finite, >= 0); default 0.25.
+        retry_on_error: The ``retry_after`` (seconds) of a failure-mode decision that
+            denies; default 1.0.
+        cache_blocked: Answer rejections for keys known to be blocked without a round
+            trip: True (10,000 keys), or the number of keys to remember; default False.
+        clock: The monotonic clock of budgets and the blocked-key cache; default None:
+            ``time.monotonic``.
+        lease: Take quota from the backend in chunks and decide in process, exactly
+            (``Leasing``, docs/ratelimit.md); the backend must lease. Default None.
+
+    Raises:
+        TypeError: A policy that is not one, a backend that cannot lease with ``lease``,
+            or a number of seconds of the wrong type.
+        ValueError: No policy, two alike, or a negative or infinite number of seconds.
     """
 
     def __init__(
@@ -65,7 +80,21 @@ class RateLimiter(Shell):
         self._failures = () if fast is None else fast.failures
 
     async def decide(self, key: str, cost: int = 1, *, peek: bool = False) -> Decision:
-        """``hit`` (or, with ``peek``, ``peek``) in one call: for callers choosing per call."""
+        """``hit`` (or, with ``peek``, ``peek``) in one call: for callers choosing per call.
+
+        A backend that fails or is slower than the budget gives the failure-mode
+        decision (``Decision.source`` says so), never an error.
+
+        Args:
+            key: Whose quota: any str (the identity, often with a prefix).
+            cost: Units this call charges (>= 1, and no more than the smallest
+                policy's limit); default 1.
+            peek: Only look: decide without charging; default False.
+
+        Raises:
+            TypeError: ``key`` is not a str, or ``cost`` not an int.
+            ValueError: ``cost`` < 1, or more than some policy could ever admit.
+        """
         if (cached := self._cached(key, cost)) is not None:
             return cached
         if (ledger := self._ledger) is not None:
@@ -179,7 +208,17 @@ class RateLimiter(Shell):
             await asyncio.gather(*self._returns, return_exceptions=True)
 
     async def hit(self, key: str, cost: int = 1) -> Decision:
-        """Charge ``cost`` units to ``key`` if every policy admits them."""
+        """Charge ``cost`` units to ``key`` if every policy admits them.
+
+        Args:
+            key: Whose quota: any str (the identity, often with a prefix).
+            cost: Units this call charges (>= 1, and no more than the smallest
+                policy's limit); default 1.
+
+        Raises:
+            TypeError: ``key`` is not a str, or ``cost`` not an int.
+            ValueError: ``cost`` < 1, or more than some policy could ever admit.
+        """
         ledger = self._ledger
         if ledger is not None and type(key) is str and type(cost) is int and cost > 0:
             # The leased hot path, one coroutine frame: a lease covers only valid costs.
@@ -189,11 +228,28 @@ class RateLimiter(Shell):
         return await self.decide(key, cost)
 
     async def peek(self, key: str, cost: int = 1) -> Decision:
-        """The decision ``hit`` would make, without charging anything."""
+        """The decision ``hit`` would make, without charging anything.
+
+        Args:
+            key: Whose quota: any str (the identity, often with a prefix).
+            cost: Units a hit would charge (>= 1, and no more than the smallest
+                policy's limit); default 1.
+
+        Raises:
+            TypeError: ``key`` is not a str, or ``cost`` not an int.
+            ValueError: ``cost`` < 1, or more than some policy could ever admit.
+        """
         return await self.decide(key, cost, peek=True)
 
     async def reset(self, key: str) -> None:
-        """Forget ``key``'s usage under every policy (raises BackendUnavailable on failure)."""
+        """Forget ``key``'s usage under every policy.
+
+        Args:
+            key: Whose quota.
+
+        Raises:
+            BackendUnavailable: The backend did not answer.
+        """
         if self.cache is not None:
             self.cache.forget(key)
         if self._ledger is not None:  # its units were charged to the state forgotten
@@ -205,6 +261,16 @@ class RateLimiter(Shell):
 
         Returns the admitting decision, or the last rejection as soon as the
         next retry could not succeed in time (or a failure-mode decision).
+
+        Args:
+            key: Whose quota: any str (the identity, often with a prefix).
+            cost: Units each try charges (>= 1, and no more than the smallest
+                policy's limit); default 1.
+            timeout: The longest wait in seconds (finite, >= 0); default 10.0.
+
+        Raises:
+            TypeError: ``key``, ``cost`` or ``timeout`` of the wrong type.
+            ValueError: ``cost`` out of range, or ``timeout`` negative or infinite.
         """
         deadline = self.clock() + check_seconds("timeout", timeout)
         while True:

@@ -120,6 +120,19 @@ class TokenBucket(_Bucket):
 
     Implemented as GCRA: the state is one number per key, the theoretical
     arrival time, which is exactly a continuous token bucket.
+
+    Args:
+        capacity: The most units admitted at once (the burst), 1 to 10**9.
+        rate: Units refilled every ``period``, 1 to 10**9; the refill interval
+            (``period / rate``) is kept in whole microseconds, rounded up.
+        period: Seconds over which ``rate`` units refill, 0.001 to a year; default 1.0.
+        on_error: What to decide when the backend fails or is slower than its budget:
+            ``"allow"`` (default, fail open) or ``"deny"`` (fail closed).
+
+    Raises:
+        TypeError: A parameter of the wrong type.
+        ValueError: A parameter out of range, or units times microseconds too large
+            to compute exactly.
     """
 
     name: ClassVar[str] = "token_bucket"
@@ -132,6 +145,19 @@ class LeakyBucket(_Bucket):
 
     The leaky bucket as a meter: a request is admitted when its cost still fits
     in the bucket. The state is the level and when it was measured.
+
+    Args:
+        capacity: The bucket's size in units, 1 to 10**9.
+        rate: Units leaked every ``period``, 1 to 10**9; the leak interval
+            (``period / rate``) is kept in whole microseconds, rounded up.
+        period: Seconds over which ``rate`` units leak, 0.001 to a year; default 1.0.
+        on_error: What to decide when the backend fails or is slower than its budget:
+            ``"allow"`` (default, fail open) or ``"deny"`` (fail closed).
+
+    Raises:
+        TypeError: A parameter of the wrong type.
+        ValueError: A parameter out of range, or units times microseconds too large
+            to compute exactly.
     """
 
     name: ClassVar[str] = "leaky_bucket"
@@ -171,7 +197,19 @@ class _Window:
 
 @dataclass(frozen=True, slots=True)
 class FixedWindow(_Window):
-    """At most ``limit`` units per window; windows are aligned on the server's epoch clock."""
+    """At most ``limit`` units per window; windows are aligned on the server's epoch clock.
+
+    Args:
+        limit: Units admitted per window, 1 to 10**9.
+        window: The window in seconds, 0.001 to a year; default 1.0.
+        on_error: What to decide when the backend fails or is slower than its budget:
+            ``"allow"`` (default, fail open) or ``"deny"`` (fail closed).
+
+    Raises:
+        TypeError: A parameter of the wrong type.
+        ValueError: A parameter out of range, or units times microseconds too large
+            to compute exactly.
+    """
 
     name: ClassVar[str] = "fixed_window"
     tag: ClassVar[str] = "fw"
@@ -179,7 +217,19 @@ class FixedWindow(_Window):
 
 @dataclass(frozen=True, slots=True)
 class SlidingLog(_Window):
-    """At most ``limit`` units in any ``window`` seconds, exactly (one log entry per unit)."""
+    """At most ``limit`` units in any ``window`` seconds, exactly (one log entry per unit).
+
+    Args:
+        limit: Units admitted per window, 1 to 100,000.
+        window: The window in seconds, 0.001 to a year; default 1.0.
+        on_error: What to decide when the backend fails or is slower than its budget:
+            ``"allow"`` (default, fail open) or ``"deny"`` (fail closed).
+
+    Raises:
+        TypeError: A parameter of the wrong type.
+        ValueError: A parameter out of range, or units times microseconds too large
+            to compute exactly.
+    """
 
     name: ClassVar[str] = "sliding_log"
     tag: ClassVar[str] = "sl"
@@ -192,6 +242,17 @@ class SlidingCounter(_Window):
 
     The estimate is ``previous * (1 - elapsed/window) + current``; it never lets
     more than ``limit`` through in one fixed window, and smooths the boundary.
+
+    Args:
+        limit: Units admitted per window, 1 to 10**9.
+        window: The window in seconds, 0.001 to a year; default 1.0.
+        on_error: What to decide when the backend fails or is slower than its budget:
+            ``"allow"`` (default, fail open) or ``"deny"`` (fail closed).
+
+    Raises:
+        TypeError: A parameter of the wrong type.
+        ValueError: A parameter out of range, or units times microseconds too large
+            to compute exactly.
     """
 
     name: ClassVar[str] = "sliding_counter"
@@ -199,6 +260,7 @@ class SlidingCounter(_Window):
 
 
 Policy = TokenBucket | LeakyBucket | FixedWindow | SlidingLog | SlidingCounter
+"""Any rate-limit policy (``Concurrency`` is not one: it limits requests in flight)."""
 
 
 #: Longest lease a concurrency slot may ask for, in seconds (a day; renew for longer).
@@ -211,8 +273,17 @@ class Concurrency:
 
     A slot is a lease, like the lock's: released when the work ends, renewed
     while it goes on (``ConcurrencyLimiter.hold``), and lost by a holder that
-    dies once ``ttl`` passes. ``on_error`` decides when the backend fails:
-    ``"allow"`` runs the work without a slot, ``"deny"`` refuses it.
+    dies once ``ttl`` passes.
+
+    Args:
+        limit: Slots per key, 1 to 100,000.
+        ttl: The slot's lease in seconds, 0.001 to a day (86,400); default 30.0.
+        on_error: What to do when the backend fails or is slower than its budget:
+            ``"allow"`` (default) runs the work without a slot, ``"deny"`` refuses it.
+
+    Raises:
+        TypeError: A parameter of the wrong type.
+        ValueError: A parameter out of range.
     """
 
     limit: int

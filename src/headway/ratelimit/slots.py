@@ -27,9 +27,11 @@ PERMIT_FENCE = 0
 class Grant:
     """A backend's answer to a slot request (``ConcurrencyBackend.acquire_slot``).
 
-    ``granted``: whether the slot was taken. ``in_flight``: the slots held right after
-    (this one included when granted). ``wait_us``: when refused, microseconds until the
-    first held lease ends (0 when granted).
+    Attributes:
+        granted: Whether the slot was taken.
+        in_flight: The slots held right after (this one included when granted).
+        wait_us: When refused, microseconds until the first held lease ends (0 when
+            granted).
     """
 
     granted: bool
@@ -41,13 +43,21 @@ class Grant:
 class Admission:
     """Whether work may start under a concurrency limit, and the slot's lease it then holds.
 
-    ``in_flight`` counts the slots held right after the decision (this one
-    included when admitted). ``retry_after`` is, when refused, the time until
-    the first lease ends even if nobody releases it: an upper bound, since any
-    release frees a slot earlier. ``slot`` is the ``Lease`` (``resource`` is
-    the key, ``fence`` is ``PERMIT_FENCE``); ``None`` when refused, or when a
-    failure mode admitted the work without asking the backend (``source``
-    says which).
+    An admission is true when allowed.
+
+    Attributes:
+        allowed: Whether the work may start.
+        limit: The policy's slots per key.
+        in_flight: The slots held right after the decision (this one included when
+            admitted).
+        retry_after: When refused, seconds until the first lease ends even if nobody
+            releases it: an upper bound, since any release frees a slot earlier (0
+            when admitted).
+        policy: The ``Concurrency`` policy.
+        slot: The slot's ``Lease`` (``resource`` is the key, ``fence`` is 0); None
+            when refused, or when a failure mode admitted the work without asking
+            the backend (``source`` says which).
+        source: Whether the backend decided, or a failure mode.
     """
 
     allowed: bool

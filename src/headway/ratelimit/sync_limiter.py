@@ -32,6 +32,24 @@ class SyncRateLimiter(Shell):
     The latency budget is enforced by the backend's client (its socket timeout,
     see ``SyncRedisRateLimitBackend.from_url``); failures within it give the
     failure-mode decision as in ``RateLimiter``.
+
+    Args:
+        *policies: The policies (at least one; no two alike), all checked on each call.
+        backend: Where the state lives; default None: a new ``SyncMemoryRateLimitBackend``, for this
+            process only.
+        retry_on_error: The ``retry_after`` (seconds) of a failure-mode decision that
+            denies; default 1.0.
+        cache_blocked: Answer rejections for keys known to be blocked without a round
+            trip: True (10,000 keys), or the number of keys to remember; default False.
+        clock: The monotonic clock of budgets and the blocked-key cache; default None:
+            ``time.monotonic``.
+        lease: Take quota from the backend in chunks and decide in process, exactly
+            (``Leasing``, docs/ratelimit.md); the backend must lease. Default None.
+
+    Raises:
+        TypeError: A policy that is not one, a backend that cannot lease with ``lease``,
+            or a number of seconds of the wrong type.
+        ValueError: No policy, two alike, or a negative or infinite number of seconds.
     """
 
     def __init__(
@@ -54,7 +72,21 @@ class SyncRateLimiter(Shell):
             self._leases = SyncLeases(lease, self.policies, leasing, nanoseconds(self.clock))
 
     def decide(self, key: str, cost: int = 1, *, peek: bool = False) -> Decision:
-        """``hit`` (or, with ``peek``, ``peek``) in one call: for callers choosing per call."""
+        """``hit`` (or, with ``peek``, ``peek``) in one call: for callers choosing per call.
+
+        A backend that fails (or times out) gives the failure-mode
+        decision (``Decision.source`` says so), never an error.
+
+        Args:
+            key: Whose quota: any str (the identity, often with a prefix).
+            cost: Units this call charges (>= 1, and no more than the smallest
+                policy's limit); default 1.
+            peek: Only look: decide without charging; default False.
+
+        Raises:
+            TypeError: ``key`` is not a str, or ``cost`` not an int.
+            ValueError: ``cost`` < 1, or more than some policy could ever admit.
+        """
         if (cached := self._cached(key, cost)) is not None:
             return cached
         sent = self.clock()
@@ -69,7 +101,17 @@ class SyncRateLimiter(Shell):
         return self._remember(key, cost, decision, sent)
 
     def hit(self, key: str, cost: int = 1) -> Decision:
-        """Charge ``cost`` units to ``key`` if every policy admits them."""
+        """Charge ``cost`` units to ``key`` if every policy admits them.
+
+        Args:
+            key: Whose quota: any str (the identity, often with a prefix).
+            cost: Units this call charges (>= 1, and no more than the smallest
+                policy's limit); default 1.
+
+        Raises:
+            TypeError: ``key`` is not a str, or ``cost`` not an int.
+            ValueError: ``cost`` < 1, or more than some policy could ever admit.
+        """
         leases = self._leases
         # The leased hot path: a lease covers only valid costs.
         if (
@@ -83,7 +125,17 @@ class SyncRateLimiter(Shell):
         return self.decide(key, cost)
 
     def peek(self, key: str, cost: int = 1) -> Decision:
-        """The decision ``hit`` would make, without charging anything."""
+        """The decision ``hit`` would make, without charging anything.
+
+        Args:
+            key: Whose quota: any str (the identity, often with a prefix).
+            cost: Units a hit would charge (>= 1, and no more than the smallest
+                policy's limit); default 1.
+
+        Raises:
+            TypeError: ``key`` is not a str, or ``cost`` not an int.
+            ValueError: ``cost`` < 1, or more than some policy could ever admit.
+        """
         return self.decide(key, cost, peek=True)
 
     def return_leases(self) -> None:
@@ -92,7 +144,14 @@ class SyncRateLimiter(Shell):
             self._leases.return_all()
 
     def reset(self, key: str) -> None:
-        """Forget ``key``'s usage under every policy."""
+        """Forget ``key``'s usage under every policy.
+
+        Args:
+            key: Whose quota.
+
+        Raises:
+            BackendUnavailable: The backend did not answer.
+        """
         if self.cache is not None:
             self.cache.forget(key)
         if self._leases is not None:  # its units were charged to the state forgotten
@@ -100,7 +159,21 @@ class SyncRateLimiter(Shell):
         self.backend.reset(key, self.policies)
 
     def wait(self, key: str, cost: int = 1, *, timeout: float = 10.0) -> Decision:
-        """Hit ``key`` until admitted, for at most ``timeout`` seconds (see ``RateLimiter``)."""
+        """Hit ``key`` until admitted, for at most ``timeout`` seconds.
+
+        Returns the admitting decision, or the last rejection as soon as the
+        next retry could not succeed in time (or a failure-mode decision).
+
+        Args:
+            key: Whose quota: any str (the identity, often with a prefix).
+            cost: Units each try charges (>= 1, and no more than the smallest
+                policy's limit); default 1.
+            timeout: The longest wait in seconds (finite, >= 0); default 10.0.
+
+        Raises:
+            TypeError: ``key``, ``cost`` or ``timeout`` of the wrong type.
+            ValueError: ``cost`` out of range, or ``timeout`` negative or infinite.
+        """
         deadline = self.clock() + check_seconds("timeout", timeout)
         while True:
             decision = self.hit(key, cost)

@@ -46,6 +46,10 @@ class MemoryLockBackend(QueuedBackend):
     """Locks for the tasks of one process, with the same semantics as Redis.
 
     Offers every mode: ``ReadWriteLock`` and ``Semaphore`` work over it too.
+
+    Args:
+        clock: The clock of leases and waits (monotonic seconds); default None:
+            ``time.monotonic``. Tests inject a ``FakeClock``.
     """
 
     name = "memory"

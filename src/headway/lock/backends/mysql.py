@@ -10,7 +10,7 @@ Everything time-related is the server's job:
   are honoured): no polling. A release hands the lock to a waiter inside the
   server, so the releaser cannot cut in; MariaDB and MySQL promise no order, but
   their metadata-lock queue grants waiters in the order they came (measured on
-  MariaDB 10.11, see ``docs/decisions.md``). A zero timeout makes one attempt.
+  MariaDB 10.11, see ``docs/decisions/lock.md``). A zero timeout makes one attempt.
 - **The TTL** is the session's ``wait_timeout``, set to the TTL rounded *up* to
   whole seconds (the variable's unit): a holder that stops talking (paused,
   hung, partitioned) for that long has its session closed by the server, and
@@ -169,8 +169,16 @@ async def _discard(conn: AsyncConnection) -> None:
 class MySQLLockBackend:
     """Locks held as MySQL/MariaDB user-level locks (see the module doc).
 
-    ``timeout`` bounds each round trip beyond the lock wait itself: a server
-    that does not answer raises ``BackendUnavailable`` within it.
+    Args:
+        engine: An async SQLAlchemy engine on MySQL or MariaDB (``mysql+aiomysql``).
+        timeout: Bounds each round trip beyond the lock wait itself, in seconds: a
+            server that does not answer raises ``BackendUnavailable`` within it;
+            default 2.0.
+        clock: The monotonic clock of lease deadlines; default None:
+            ``time.monotonic``.
+
+    Raises:
+        ValueError: The engine is neither MySQL's nor MariaDB's, or a bad ``timeout``.
     """
 
     name = "mysql"

@@ -129,8 +129,16 @@ async def _discard(conn: AsyncConnection) -> None:
 class PostgresLockBackend:
     """Locks held as PostgreSQL transaction-level advisory locks (see the module doc).
 
-    ``timeout`` bounds each round trip beyond the lock wait itself: a server
-    that does not answer raises ``BackendUnavailable`` within it.
+    Args:
+        engine: An async SQLAlchemy engine on PostgreSQL (``postgresql+asyncpg``).
+        timeout: Bounds each round trip beyond the lock wait itself, in seconds: a
+            server that does not answer raises ``BackendUnavailable`` within it;
+            default 2.0.
+        clock: The monotonic clock of lease deadlines; default None:
+            ``time.monotonic``.
+
+    Raises:
+        ValueError: The engine is not PostgreSQL's, or a bad ``timeout``.
     """
 
     name = "postgres"

@@ -12,7 +12,7 @@ readers), and a release wakes every waiter at the head that now fits (readers
 behind a writer enter together). The fence is ``txid_current()`` taken after the
 grant, so a writer's exceeds every earlier holder's and a reader's every earlier
 writer's; readers granted together take theirs in the order they run, which need
-not be their arrival order (docs/decisions.md).
+not be their arrival order (docs/decisions/lock.md).
 
 **Semaphores** (``_PermitView``): PostgreSQL has no counted lock, so a permit is
 one of the *slot* locks ``(class, i)`` (two-int advisory locks; a holder past a

@@ -22,7 +22,7 @@
 -- the fields are after charging `granted` (>= cost) units, and unit i of the lease may be
 -- spent until the server's now + off + i * step (ratelimit/leasing.lua). {0} alone
 -- when cost is 0.
--- Cut as the decide scripts were (docs/decisions.md): numbers by arithmetic (`s + 0`),
+-- Cut as the decide scripts were (docs/decisions/ratelimit.md): numbers by arithmetic (`s + 0`),
 -- no tables but one per policy's check, the key's TTL kept while it covers the states.
 local now, grace_ms = call_clock(ARGV[1])
 local key = KEYS[1]

@@ -58,14 +58,31 @@ class RateLimitBackend(Protocol):
         every policy's limit. The state of ``key`` under one set of policies is its own:
         another limiter's policies on the same key share nothing with it. Each call must
         be atomic against concurrent calls on the same key (in every process).
-        ``decide_states`` makes the decision from stored states. Raises
-        ``BackendUnavailable`` when the store cannot answer; the limiter's budget
+        ``decide_states`` makes the decision from stored states. The limiter's budget
         cancels a call that is too slow.
+
+        Args:
+            key: Whose quota (the limiter's key, any str).
+            policies: The limiter's policies, validated (no two alike), the same
+                sequence on each call of one limiter.
+            cost: Units asked, at least 1 and at most every policy's limit.
+            peek: Decide without charging.
+
+        Raises:
+            BackendUnavailable: The store cannot answer.
         """
         ...
 
     async def reset(self, key: str, policies: Sequence[Policy]) -> None:
-        """Forget what ``key`` was charged under ``policies`` (``BackendUnavailable`` if not)."""
+        """Forget what ``key`` was charged under ``policies`` (the states ``state_names`` names).
+
+        Args:
+            key: Whose quota.
+            policies: The limiter's policies.
+
+        Raises:
+            BackendUnavailable: The store cannot answer.
+        """
         ...
 
 
@@ -76,11 +93,29 @@ class SyncRateLimitBackend(Protocol):
     name: str
 
     def decide(self, key: str, policies: Sequence[Policy], cost: int, peek: bool) -> Decision:
-        """As ``RateLimitBackend.decide``, blocking."""
+        """As ``RateLimitBackend.decide``, blocking.
+
+        Args:
+            key: Whose quota.
+            policies: The limiter's policies.
+            cost: Units asked.
+            peek: Decide without charging.
+
+        Raises:
+            BackendUnavailable: The store cannot answer (or its client timed out).
+        """
         ...
 
     def reset(self, key: str, policies: Sequence[Policy]) -> None:
-        """As ``RateLimitBackend.reset``, blocking."""
+        """As ``RateLimitBackend.reset``, blocking.
+
+        Args:
+            key: Whose quota.
+            policies: The limiter's policies.
+
+        Raises:
+            BackendUnavailable: The store cannot answer.
+        """
         ...
 
 
@@ -125,8 +160,18 @@ class LeasingBackend(RateLimitBackend, Protocol):
         that took it) may be spent until ``off + i * step`` microseconds after the
         call, and ``mark`` is what ``back`` carries to the next call. The states
         those numbers come from are headway's leasing model's
-        (``ratelimit/lease_model.py``): ``lease_states`` computes the reply. Raises
-        ``BackendUnavailable`` when the store cannot answer.
+        (``ratelimit/lease_model.py``): ``lease_states`` computes the reply.
+
+        Args:
+            key: Whose quota.
+            policies: The limiter's policies, as for ``decide``.
+            cost: Units of the request (0: only give ``back``).
+            leasing: The limiter's ``Leasing`` (chunk, share, hold).
+            back: ``(units, marks)`` of the previous lease to give back; default
+                ``(0, ())``: nothing.
+
+        Raises:
+            BackendUnavailable: The store cannot answer.
         """
         ...
 
@@ -142,7 +187,19 @@ class SyncLeasingBackend(SyncRateLimitBackend, Protocol):
         leasing: Leasing,
         back: tuple[int, Sequence[int]] = (0, ()),
     ) -> list[int]:
-        """As ``LeasingBackend.lease``, blocking."""
+        """As ``LeasingBackend.lease``, blocking.
+
+        Args:
+            key: Whose quota.
+            policies: The limiter's policies.
+            cost: Units of the request (0: only give ``back``).
+            leasing: The limiter's ``Leasing``.
+            back: ``(units, marks)`` of the previous lease to give back; default
+                ``(0, ())``: nothing.
+
+        Raises:
+            BackendUnavailable: The store cannot answer.
+        """
         ...
 
 
@@ -158,15 +215,45 @@ class ConcurrencyBackend(Protocol):
     name: str
 
     async def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
-        """Take a slot for ``token`` if fewer than ``policy.limit`` are held."""
+        """Take a slot for ``token`` if fewer than ``policy.limit`` are held.
+
+        The slot's lease lasts ``policy.ttl`` on the backend's clock.
+
+        Args:
+            key: Whose slots (the limiter's key).
+            policy: The ``Concurrency`` policy (its ``limit``, ``ttl`` and key part).
+            token: The slot's lease token (random, the holder's own).
+
+        Raises:
+            BackendUnavailable: The store cannot answer.
+        """
         ...
 
     async def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
-        """Give the slot back; False when its lease had already ended."""
+        """Give the slot back; False when its lease had already ended.
+
+        Args:
+            key: Whose slots (the limiter's key).
+            policy: The ``Concurrency`` policy (its ``limit``, ``ttl`` and key part).
+            token: The slot's lease token (random, the holder's own).
+
+        Raises:
+            BackendUnavailable: The store cannot answer.
+        """
         ...
 
     async def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool:
-        """Renew the slot's lease for ``ttl_ms`` from now; False when it had ended."""
+        """Renew the slot's lease for ``ttl_ms`` from now; False when it had ended.
+
+        Args:
+            key: Whose slots (the limiter's key).
+            policy: The ``Concurrency`` policy (its ``limit``, ``ttl`` and key part).
+            token: The slot's lease token (random, the holder's own).
+            ttl_ms: The new lease length in milliseconds.
+
+        Raises:
+            BackendUnavailable: The store cannot answer.
+        """
         ...
 
 
@@ -176,15 +263,43 @@ class SyncConcurrencyBackend(Protocol):
     name: str
 
     def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
-        """As ``ConcurrencyBackend.acquire_slot``, blocking."""
+        """As ``ConcurrencyBackend.acquire_slot``, blocking.
+
+        Args:
+            key: Whose slots.
+            policy: The ``Concurrency`` policy.
+            token: The slot's lease token.
+
+        Raises:
+            BackendUnavailable: The store cannot answer.
+        """
         ...
 
     def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
-        """As ``ConcurrencyBackend.release_slot``, blocking."""
+        """As ``ConcurrencyBackend.release_slot``, blocking.
+
+        Args:
+            key: Whose slots.
+            policy: The ``Concurrency`` policy.
+            token: The slot's lease token.
+
+        Raises:
+            BackendUnavailable: The store cannot answer.
+        """
         ...
 
     def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool:
-        """As ``ConcurrencyBackend.extend_slot``, blocking."""
+        """As ``ConcurrencyBackend.extend_slot``, blocking.
+
+        Args:
+            key: Whose slots.
+            policy: The ``Concurrency`` policy.
+            token: The slot's lease token.
+            ttl_ms: The new lease length in milliseconds.
+
+        Raises:
+            BackendUnavailable: The store cannot answer.
+        """
         ...
 
 
@@ -193,6 +308,10 @@ def state_names(key: str, policies: Sequence[Policy]) -> list[str]:
 
     Each is unique to the key, the policy and the set of policies it is decided with;
     ``reset`` forgets exactly these.
+
+    Args:
+        key: The limiter's key.
+        policies: The limiter's policies.
     """
     base = tag_base("rl", key)
     return [base + suffix for suffix in PolicySet.of(policies).suffixes]
@@ -216,6 +335,13 @@ def decide_states(
     that it may be dropped (a state kept longer decides the same). States are small
     values of ints, tuples and lists that may come back from JSON as lists. Reading
     the states, this call and the writes must be one atomic step per key.
+
+    Args:
+        policies: The limiter's policies.
+        states: One stored state per policy, in order (None: none stored).
+        now_us: The time in integer microseconds on the backend's clock.
+        cost: Units asked (>= 1).
+        peek: Decide without charging (no writes).
     """
     policies = PolicySet.of(policies)
     reply, writes = decide(states, policies.checks, now_us, cost, peek)
@@ -241,6 +367,15 @@ def lease_states(
     were only given back to the state: keep the expiry the stored state has (a later
     one decides the same). Reading the states, this call and the writes must be one
     atomic step per key.
+
+    Args:
+        policies: The limiter's policies.
+        states: One stored state per policy, in order (None: none stored).
+        now_us: The time in integer microseconds on the backend's clock.
+        cost: Units of the request (0: only give ``back``).
+        leasing: The limiter's ``Leasing``.
+        back: ``(units, marks)`` of the previous lease to give back; default
+            ``(0, ())``: nothing.
     """
     policies = PolicySet.of(policies)
     states = list(states)

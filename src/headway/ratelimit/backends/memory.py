@@ -142,7 +142,12 @@ class _Store:
 
 
 class MemoryRateLimitBackend:
-    """Rate limits for one process (async API), with the Redis scripts' semantics."""
+    """Rate limits for one process (async API), with the Redis scripts' semantics.
+
+    Args:
+        clock: The clock of every decision (monotonic seconds); default None:
+            ``time.monotonic``. Tests inject a ``FakeClock`` to move time by hand.
+    """
 
     name = "memory"
 
@@ -191,7 +196,12 @@ class MemoryRateLimitBackend:
 
 
 class SyncMemoryRateLimitBackend:
-    """Rate limits for one process (sync API), with the Redis scripts' semantics."""
+    """Rate limits for one process (sync API), with the Redis scripts' semantics.
+
+    Args:
+        clock: The clock of every decision (monotonic seconds); default None:
+            ``time.monotonic``. Tests inject a ``FakeClock`` to move time by hand.
+    """
 
     name = "memory"
 

@@ -69,13 +69,18 @@ class RedisRateLimitBackend:
 
     The latency budget is the limiter's (``RateLimiter(budget=...)``); connection
     and socket timeouts on the client bound what the budget cannot interrupt.
-    With ``own_connection`` (the default), the scripts go over one pipelined connection
-    per event loop (on a Cluster, per node: ``_redis.cluster_wire``) that headway
-    drives itself (see ``_redis.wire``): a lone decision is written at once,
-    decisions made concurrently share writes. ``own_connection=False`` sends every call
-    through redis-py. ``clock`` (seconds) replaces the server's ``TIME`` in every
-    decision and lease: for tests that move time by hand (a ``FakeClock``), never for
-    processes that do not share it.
+
+    Args:
+        client: A ``redis.asyncio.Redis`` or ``RedisCluster`` client (``from_url``
+            makes one).
+        own_connection: Send the scripts over one pipelined connection per event loop
+            (on a Cluster, per node: ``_redis.cluster_wire``) that headway drives itself
+            (see ``_redis.wire``): a lone decision is written at once, decisions made
+            concurrently share writes. Default True; False sends every call through
+            redis-py.
+        clock: Replaces the server's ``TIME`` (seconds) in every decision and lease:
+            for tests that move time by hand (a ``FakeClock``), never for processes
+            that do not share it. Default None: the server's clock.
     """
 
     name = "redis"
@@ -112,7 +117,14 @@ class RedisRateLimitBackend:
         own_connection: bool = OWN_CONNECTION,
         **options: Any,
     ) -> RedisRateLimitBackend:
-        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
+        """Connect to ``url``; other keyword arguments go to ``redis.asyncio.Redis.from_url``.
+
+        Args:
+            url: The server's URL (``redis://``, ``rediss://``, ``unix://``).
+            timeout: The client's connect and socket timeouts, in seconds (unless
+                ``options`` set them); default 1.0.
+            own_connection: As for the constructor; default True.
+        """
         options.setdefault("socket_connect_timeout", timeout)
         options.setdefault("socket_timeout", timeout)
         return cls(aioredis.Redis.from_url(url, **options), own_connection=own_connection)
@@ -237,9 +249,14 @@ class SyncRedisRateLimitBackend:
     """The synchronous Redis backend (``redis.Redis`` or ``redis.cluster.RedisCluster``).
 
     The latency budget is the client's socket timeout: set it with ``from_url``.
-    With ``own_connection`` (the default) the scripts go over sockets headway drives
-    itself (``_redis.sync_wire.SyncWire``; on a Cluster, per node); ``own_connection=False``
-    goes through redis-py. ``clock``: as ``RedisRateLimitBackend``'s.
+
+    Args:
+        client: A ``redis.Redis`` or ``redis.cluster.RedisCluster`` client.
+        own_connection: Send the scripts over sockets headway drives itself
+            (``_redis.sync_wire.SyncWire``; on a Cluster, per node); default True.
+            False goes through redis-py.
+        clock: As ``RedisRateLimitBackend``'s: for tests only; default None: the
+            server's clock.
     """
 
     name = "redis"
@@ -255,7 +272,15 @@ class SyncRedisRateLimitBackend:
     def from_url(
         cls, url: str, *, timeout: float = 1.0, own_connection: bool = True, **options: Any
     ) -> SyncRedisRateLimitBackend:
-        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
+        """Connect to ``url``; other keyword arguments go to ``redis.Redis.from_url``.
+
+        Args:
+            url: The server's URL (``redis://``, ``rediss://``, ``unix://``).
+            timeout: The client's connect and socket timeouts, in seconds (unless
+                ``options`` set them); default 1.0. It is
+                the latency budget of every call.
+            own_connection: As for the constructor; default True.
+        """
         options.setdefault("socket_connect_timeout", timeout)
         options.setdefault("socket_timeout", timeout)
         return cls(redis.Redis.from_url(url, **options), own_connection=own_connection)

@@ -130,7 +130,15 @@ def _with_fields(ruling: Ruling, result: Any, sub_response: Any) -> Any:
 
 
 class RateLimitDecorator:
-    """Applies one rule to each endpoint it decorates (see ``rate_limit``)."""
+    """Applies one rule to each endpoint it decorates; ``rate_limit`` builds it.
+
+    Args:
+        rule: The rule each endpoint gets (renamed after the endpoint unless ``named``).
+        named: Whether ``rate_limit`` was given a ``name``: the quota is then shared
+            by every endpoint of that name, else each endpoint has its own.
+        make_guard: Builds an endpoint's guard from its rule (with ``rate_limit``'s
+            options).
+    """
 
     def __init__(self, rule: Rule, named: bool, make_guard: Callable[[list[Rule]], Guard]) -> None:
         self.rule = rule
@@ -229,8 +237,45 @@ def rate_limit(
     share one quota. A refusal is returned as the response (429 or 503,
     problem+json, or what ``on_refusal`` makes of it: see ``RefusalContext``);
     otherwise the handler runs and its response carries the RateLimit header fields.
-    ``policies`` may be one function of the request returning the policies
-    (tiers, see ``Rule.policies``).
+
+    Args:
+        *policies: The policies: one or several (checked together), a ``Concurrency``
+            limit among them, or one function of the request returning them (tiers,
+            see ``Rule.policies``).
+        named: The policies as a mapping naming each one in the headers, instead of
+            ``policies``; default None.
+        name: Names the quota in the keys and headers (1-64 letters, digits, ``_``,
+            ``.`` or ``-``); default None: the function's name, made unique per
+            endpoint by a digest of its module and qualified name.
+        identity: Whose quota is charged; a list tries each in turn, and one returning
+            None skips the limit. Default None: ``ClientAddress()``.
+        cost: Units per request (default 1), or a function of the scope (sync or
+            async) returning them.
+        per: One quota per identity for the endpoint (``"rule"``, default), per route template
+            (``"route"``), or per concrete path (``"path"``).
+        fail: ``"open"`` or ``"closed"`` when the backend errs or is too slow;
+            default None: each policy's ``on_error``.
+        shadow: Decide, report and set headers, but never refuse; default False.
+        backend: Where the quotas live; default None: a new ``MemoryRateLimitBackend``,
+            for this process only.
+        on_decision: A ``DecisionHook`` called (sync or async) with a ``RateLimitEvent``
+            for every decision; default None.
+        legacy_headers: Also send ``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset``;
+            default False.
+        limiter: Each rule's limiter settings (budget, retry on error, blocked-key
+            cache, clock: ``LimiterSettings``); default None: ``LimiterSettings()``.
+        on_refusal: A ``RefusalHook`` shaping the 429/503 (given a ``RefusalContext``,
+            it returns a Starlette ``Response``, members for the problem body, or None;
+            a hook that raises is logged and the default refusal is sent); default
+            None.
+        lease: Take the quota from the backend in chunks and decide in process
+            (``Leasing``; exact, see docs/ratelimit.md); not for sliding logs. Default
+            None.
+
+    Raises:
+        TypeError: Both ``policies`` and ``named``, a policies function with other
+            policies, or an option of the wrong type.
+        ValueError: A bad ``name``, ``per`` or ``fail``, or more than one ``Concurrency``.
     """
     rule = Rule(
         given_policies(policies, named),

@@ -72,6 +72,10 @@ class RateLimitRefused(HTTPException):
 
     Register ``RateLimitRefused.handler`` for the client to get it:
     ``app.add_exception_handler(RateLimitRefused, RateLimitRefused.handler)``.
+
+    Args:
+        response: The refusal (429 or 503), kept as ``.response``; its status, headers
+            and problem ``detail`` also make the ``HTTPException``'s.
     """
 
     def __init__(self, response: Response) -> None:
@@ -89,7 +93,12 @@ class RateLimitRefused(HTTPException):
 
     @staticmethod
     async def handler(request: Request, exc: Exception) -> Response:
-        """The exception handler sending the refusal (``add_exception_handler``)."""
+        """The exception handler sending the refusal (``add_exception_handler``).
+
+        Args:
+            request: The refused request (unused).
+            exc: The ``RateLimitRefused`` raised.
+        """
         assert isinstance(exc, RateLimitRefused)
         return exc.response
 
@@ -97,13 +106,50 @@ class RateLimitRefused(HTTPException):
 class RateLimitDependency:
     """Rate-limit the routes that depend on it: ``dependencies=[Depends(limit)]``.
 
-    Options mean what they mean on ``rate_limit`` and ``Rule``; ``policies``
-    may be a function of the request (tiers). The quota is one per route
-    template (``per="route"``, as fastapi-limiter and slowapi do) unless
+    Options mean what they mean on ``rate_limit`` and ``Rule``. The quota is one
+    per route template (``per="route"``, as fastapi-limiter and slowapi do) unless
     ``per`` says otherwise; keys carry each policy's parameters, so two
     dependencies with different policies never share a quota. Pass
     ``responses=limit.responses`` to the route (or router) to document the
     refusals in OpenAPI.
+
+    Args:
+        *policies: The policies: one or several (checked together), a ``Concurrency``
+            limit among them, or one function of the request returning them (tiers,
+            see ``Rule.policies``).
+        named: The policies as a mapping naming each one in the headers, instead of
+            ``policies``; default None.
+        name: Names the quota in the keys and headers (1-64 letters, digits, ``_``,
+            ``.`` or ``-``); default None: ``"default"``.
+        identity: Whose quota is charged; a list tries each in turn, and one returning
+            None skips the limit. Default None: ``ClientAddress()``.
+        cost: Units per request (default 1), or a function of the scope (sync or
+            async) returning them.
+        per: One quota per identity for the whole dependency (``"rule"``), per route template
+            (``"route"``, default), or per concrete path (``"path"``).
+        fail: ``"open"`` or ``"closed"`` when the backend errs or is too slow;
+            default None: each policy's ``on_error``.
+        shadow: Decide, report and set headers, but never refuse; default False.
+        backend: Where the quotas live; default None: a new ``MemoryRateLimitBackend``,
+            for this process only.
+        on_decision: A ``DecisionHook`` called (sync or async) with a ``RateLimitEvent``
+            for every decision; default None.
+        legacy_headers: Also send ``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset``;
+            default False.
+        limiter: Each rule's limiter settings (budget, retry on error, blocked-key
+            cache, clock: ``LimiterSettings``); default None: ``LimiterSettings()``.
+        on_refusal: A ``RefusalHook`` shaping the 429/503 (given a ``RefusalContext``,
+            it returns a Starlette ``Response``, members for the problem body, or None;
+            a hook that raises is logged and the default refusal is sent); default
+            None.
+        lease: Take the quota from the backend in chunks and decide in process
+            (``Leasing``; exact, see docs/ratelimit.md); not for sliding logs. Default
+            None.
+
+    Raises:
+        TypeError: Both ``policies`` and ``named``, a policies function with other
+            policies, or an option of the wrong type.
+        ValueError: A bad ``name``, ``per`` or ``fail``, or more than one ``Concurrency``.
     """
 
     def __init__(

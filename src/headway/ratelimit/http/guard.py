@@ -60,11 +60,18 @@ DecisionOutcome = Literal["allowed", "rejected", "errored"]
 class RateLimitEvent:
     """One decision, as the ``on_decision`` hook sees it.
 
-    ``decision`` is the limiter's ``Decision``, or the ``Admission`` of a
-    ``Concurrency`` limit. ``outcome`` is ``"errored"`` when the backend failed
-    or was too slow (then ``decision.source`` tells whether the rule failed
-    open or closed);
-    ``shadow`` is True when a rejection was only reported, not enforced.
+    Attributes:
+        rule: The deciding rule's name.
+        identity: Whose quota was charged (what the rule's identity returned).
+        route: The request's route template, or None when unknown.
+        method: The HTTP method (``GET`` for a WebSocket handshake).
+        cost: The units the request cost.
+        decision: The limiter's ``Decision``, or the ``Admission`` of a
+            ``Concurrency`` limit.
+        outcome: ``"allowed"``, ``"rejected"``, or ``"errored"`` when the backend
+            failed or was too slow (then ``decision.source`` tells whether the rule
+            failed open or closed).
+        shadow: True when a rejection was only reported, not enforced.
     """
 
     rule: str
@@ -78,6 +85,7 @@ class RateLimitEvent:
 
 
 DecisionHook = Callable[[RateLimitEvent], "Awaitable[None] | None"]
+"""The ``on_decision`` hook: called with each ``RateLimitEvent``; sync or async."""
 
 
 class Ruling(NamedTuple):

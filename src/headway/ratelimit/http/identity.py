@@ -24,6 +24,8 @@ from headway._http import Scope, header_values
 __all__ = ["ApiKey", "AuthenticatedUser", "ClientAddress", "Identity", "SessionCookie"]
 
 Identity = Callable[[Scope], "str | Awaitable[str | None] | None"]
+"""Who is calling: a function of the ASGI scope (sync or async) returning a str, or None
+when it does not apply to the request (the rule then skips it)."""
 
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 _Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -72,19 +74,28 @@ class ClientAddress:
     """The client's IP address, with an explicit rule for which proxies to believe.
 
     By default it is the socket peer (``scope["client"]``): a forwarding
-    header can never change it. Behind proxies, say which to trust, either
+    header can never change it. Behind proxies, say which to trust, with
+    ``trusted_hops`` or ``trusted_proxies`` (not both). A peer-less scope (a Unix
+    socket) counts as ``ip@unknown``.
 
-    - ``trusted_hops=N``: exactly N proxies, each appending to the header, sit
-      in front of the app; the client is the N-th address from the right (if
-      the header has fewer, the peer is used); or
-    - ``trusted_proxies=["10.0.0.0/8", ...]``: walking the header from the
-      right, starting with the peer, the first address outside these networks
-      is the client (an untrusted peer's header is ignored entirely).
+    Args:
+        trusted_hops: Exactly N proxies, each appending to the header, sit in front
+            of the app; the client is the N-th address from the right (if the header
+            has fewer, the peer is used). Default 0: no proxy trusted.
+        trusted_proxies: Networks of trusted proxies (``["10.0.0.0/8", ...]``):
+            walking the header from the right, starting with the peer, the first
+            address outside them is the client (an untrusted peer's header is
+            ignored entirely). Default none.
+        header: The forwarding header read: ``"x-forwarded-for"`` (default) or
+            ``"forwarded"`` (RFC 7239 ``for=``).
+        ipv6_prefix: IPv6 clients are grouped by this prefix length, 1 to 128;
+            default 64 (a /64 is one site: limiting single addresses in it is
+            trivially evaded).
 
-    ``header`` is ``"x-forwarded-for"`` or ``"forwarded"`` (RFC 7239 ``for=``).
-    IPv6 clients are grouped by their ``ipv6_prefix`` (a /64 is one site;
-    limiting single addresses in it is trivially evaded). A peer-less scope
-    (a Unix socket) counts as ``ip@unknown``.
+    Raises:
+        TypeError: ``trusted_proxies`` is one string, not a list.
+        ValueError: A bad network, a negative ``trusted_hops``, both options, an
+            unknown ``header`` or an ``ipv6_prefix`` out of range.
     """
 
     def __init__(
@@ -143,7 +154,11 @@ class ClientAddress:
 
 
 class ApiKey:
-    """The value of a request header (an API key), hashed: ``key@<digest>``; None if absent."""
+    """The value of a request header (an API key), hashed: ``key@<digest>``; None if absent.
+
+    Args:
+        header: The header's name, in any case; default ``"x-api-key"``.
+    """
 
     def __init__(self, header: str = "x-api-key") -> None:
         self.header = header.lower().encode("latin-1")
@@ -166,6 +181,12 @@ class SessionCookie:
     ``SessionMiddleware``) changes its value between a request and its retry: name
     such callers by what the session holds instead (``AuthenticatedUser()`` or a
     function reading ``scope["session"]``).
+
+    Args:
+        name: The cookie's name (``"sid"``).
+
+    Raises:
+        ValueError: ``name`` is empty or holds ``=``, ``;``, ``,`` or whitespace.
     """
 
     def __init__(self, name: str) -> None:

@@ -42,23 +42,40 @@ class RateLimitMiddleware:
     plus ``X-RateLimit-*`` with ``legacy_headers``.
 
     Rules decide on the route template, found in the app's router (Starlette,
-    FastAPI; see ``route``). ``identity`` is the rules' default identity: the
-    socket peer's address unless you trust proxies explicitly (see
-    ``ClientAddress``). ``exempt`` routes skip every rule. ``shadow`` makes
-    every rule report without refusing. ``on_decision`` is called with a
-    ``RateLimitEvent`` for every decision. ``websocket`` also limits
-    WebSocket connection attempts (as GET requests); other scopes pass
-    through. ``limiter`` configures each rule's ``RateLimiter`` (budget,
-    retry on error, blocked-key cache, clock: see ``LimiterSettings``); with
-    no ``backend``, limits live in this process's memory.
+    FastAPI; see ``route``). Other scopes than HTTP (and WebSocket, with
+    ``websocket``) pass through.
 
-    ``on_refusal`` shapes the 429/503 (``RefusalContext``: return a Starlette
-    ``Response``, members for the problem body, or None; a hook that raises
-    is logged and the default refusal is sent).
+    Args:
+        app: The ASGI app behind the middleware.
+        rules: The ``Rule`` list, each with a unique ``name``; every rule that applies
+            to a request is checked.
+        backend: Where the quotas live; default None: a new ``MemoryRateLimitBackend``,
+            for this process only.
+        identity: The rules' default identity (a rule's own comes first); a list
+            tries each in turn. Default None: ``ClientAddress()``, the socket peer's
+            address unless you trust proxies explicitly.
+        exempt: Routes that skip every rule (templates, globs or regexes, as
+            ``Rule.routes``); default none.
+        shadow: Every rule reports without refusing; default False.
+        on_decision: A ``DecisionHook`` called (sync or async) with a ``RateLimitEvent``
+            for every decision; default None.
+        legacy_headers: Also send ``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset``;
+            default False.
+        websocket: Also limit WebSocket connection attempts (as GET requests); default
+            False.
+        route: How a request's template is found: a function of the scope returning
+            it, or None when unknown (rules then match the raw path). Default None:
+            the app's router (Starlette, FastAPI), cached per path.
+        limiter: Each rule's limiter settings (budget, retry on error, blocked-key
+            cache, clock: ``LimiterSettings``); default None: ``LimiterSettings()``.
+        on_refusal: A ``RefusalHook`` shaping the 429/503 (given a ``RefusalContext``,
+            it returns a Starlette ``Response``, members for the problem body, or None;
+            a hook that raises is logged and the default refusal is sent); default
+            None.
 
-    ``route`` overrides how the template is found: a function of the scope
-    returning the template (or None when unknown: rules then match the raw
-    path).
+    Raises:
+        TypeError: ``rules`` is one ``Rule``, not a list.
+        ValueError: Two rules, or two policies across rules, share a name.
     """
 
     def __init__(

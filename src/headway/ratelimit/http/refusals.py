@@ -44,14 +44,18 @@ _BODY_HEADERS = frozenset({b"content-type", b"content-length"})
 class RefusalContext:
     """What an ``on_refusal`` hook knows about a refused request.
 
-    ``status`` is 429 (a quota or in-flight limit refused) or 503 (the rule
-    failed closed: ``decision.failed``). ``rule`` names the refusing rule,
-    ``violated`` the policies that refused (empty on 503), ``decision`` is the
-    limiter's ``Decision`` (or a ``Concurrency`` limit's ``Admission``).
-    ``retry_after`` is the default ``Retry-After`` in seconds; ``headers``
-    the default refusal's header fields (``Retry-After``, ``Cache-Control``,
-    RateLimit fields) by lower-case name; ``problem`` the default
-    problem+json body; ``scope`` the request's ASGI scope.
+    Attributes:
+        rule: The refusing rule's name.
+        status: 429 (a quota or in-flight limit refused) or 503 (the rule failed
+            closed: ``decision.failed``).
+        violated: The names of the policies that refused (empty on 503).
+        decision: The limiter's ``Decision`` (or a ``Concurrency`` limit's
+            ``Admission``).
+        retry_after: The default ``Retry-After``, in whole seconds.
+        headers: The default refusal's header fields (``Retry-After``,
+            ``Cache-Control``, RateLimit fields) by lower-case name.
+        problem: The default problem+json body.
+        scope: The request's ASGI scope.
     """
 
     rule: str
@@ -66,6 +70,8 @@ class RefusalContext:
 
 RefusalAnswer = Response | Mapping[str, Any] | None
 RefusalHook = Callable[[RefusalContext], "RefusalAnswer | Awaitable[RefusalAnswer]"]
+"""The ``on_refusal`` hook (sync or async): given a ``RefusalContext``, returns None (the
+default refusal), a mapping of problem members to merge, or a Starlette ``Response``."""
 
 
 def _violated(rule: BoundRule, answer: RuleAnswer) -> tuple[str, ...]:

@@ -55,8 +55,9 @@ Limit = Policy | Concurrency
 RuleAnswer = Decision | Admission
 #: What a rule's ``policies`` function returns: what ``Rule.policies`` takes.
 Limits = Limit | Sequence[Limit] | Mapping[str, Limit]
-#: Policies chosen per request (tiers): a function of the scope, sync or async.
 PolicyFunction = Callable[[Scope], "Limits | Awaitable[Limits]"]
+"""Policies chosen per request (tiers): a function of the scope, sync or async, returning
+what ``Rule.policies`` takes (a policy, several, or a mapping naming them)."""
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
@@ -104,28 +105,39 @@ def matches_any(patterns: Sequence[Pattern], subject: str) -> bool:
 class Rule:
     """Policies guarding the requests that match ``routes`` and ``methods``.
 
-    - ``policies``: one policy, several (checked together, all-or-nothing), or
-      a mapping naming each one in the headers (default names: the rule's
-      ``name``, or ``name-1``, ``name-2``... for several). One of them may be
-      a ``Concurrency`` limit: the request then holds a slot while it runs,
-      released when its response ends, its client leaves or the app raises.
-      Or a function of the scope (sync or async) returning any of these per
-      request (tiers: see ``headway.ratelimit.http.dynamic``).
-    - ``routes``: route templates (``"/users/{id}"``), glob patterns on
-      templates (``"/admin/*"``) or compiled regexes searched in the raw path;
-      empty means every request. Templates come from the app's router, so
-      ``/users/1`` and ``/users/2`` match the same rule. ``exempt`` uses the
-      same syntax to leave routes out. ``methods``: empty means all.
-    - ``cost``: units per request, or a function of the scope (sync or async).
-    - ``identity``: whose quota is charged (default: the middleware's); a
-      list tries each in turn; an identity returning None skips the rule.
-    - ``per``: one quota per identity for the whole rule (``"rule"``), per
-      route template (``"route"``), or per concrete path (``"path"``).
-    - ``fail``: ``"open"`` or ``"closed"`` when the backend errs or is too
-      slow (default: each policy's ``on_error``).
-    - ``shadow``: decide, log, report and set headers, but never reject.
-    - ``lease``: take the quota from the backend in chunks and decide in process
-      (``Leasing``; exact, see docs/ratelimit.md); not for sliding logs.
+    Args:
+        policies: One policy, several (checked together, all-or-nothing), or a
+            mapping naming each one in the headers (default names: the rule's
+            ``name``, or ``name-1``, ``name-2``... for several). One of them may be a
+            ``Concurrency`` limit: the request then holds a slot while it runs,
+            released when its response ends, its client leaves or the app raises.
+            Or a function of the scope (sync or async) returning any of these per
+            request (tiers: see ``headway.ratelimit.http.dynamic``).
+        routes: Route templates (``"/users/{id}"``), glob patterns on templates
+            (``"/admin/*"``) or compiled regexes searched in the raw path; empty
+            (default) means every request. Templates come from the app's router, so
+            ``/users/1`` and ``/users/2`` match the same rule.
+        methods: HTTP methods guarded; empty (default) means all.
+        exempt: Routes left out, in the syntax of ``routes``; default none.
+        cost: Units per request (default 1), or a function of the scope (sync or
+            async) returning them.
+        identity: Whose quota is charged; default None: the middleware's. A list
+            tries each in turn; an identity returning None skips the rule.
+        name: The rule's name, 1-64 letters, digits, ``_``, ``.`` or ``-``: it starts
+            the keys and names the policies in the headers; default ``"default"``.
+        per: One quota per identity for the whole rule (``"rule"``, default), per
+            route template (``"route"``), or per concrete path (``"path"``).
+        fail: ``"open"`` or ``"closed"`` when the backend errs or is too slow;
+            default None: each policy's ``on_error``.
+        shadow: Decide, log, report and set headers, but never reject; default False.
+        lease: Take the quota from the backend in chunks and decide in process
+            (``Leasing``; exact, see docs/ratelimit.md); not for sliding logs. Default
+            None: every request asks the backend.
+
+    Raises:
+        TypeError: A pattern, a cost or a policy of the wrong type.
+        ValueError: A bad ``name``, ``per`` or ``fail``, more than one ``Concurrency``,
+            or policies that cannot go together (or be leased).
     """
 
     policies: Limits | PolicyFunction
@@ -186,12 +198,16 @@ class Rule:
 class LimiterSettings:
     """How each rule's limiter calls the backend (the middleware's and decorator's ``limiter``).
 
-    - ``budget``: seconds a decision may take before the rule fails open or closed.
-    - ``retry_on_error``: the ``Retry-After`` (seconds) of a decision the backend failed.
-    - ``cache_blocked``: remember rejections in process until they expire (True, or the
-      number of keys to remember), as ``RateLimiter(cache_blocked=...)``.
-    - ``clock``: the monotonic clock of budgets, the blocked-key cache and the outage log
-      (tests inject one).
+    Args:
+        budget: Seconds a decision may take before the rule fails open or closed;
+            default 0.25.
+        retry_on_error: The ``Retry-After`` (seconds) of a decision the backend failed;
+            default 1.0.
+        cache_blocked: Remember rejections in process until they expire (True, or the
+            number of keys to remember), as ``RateLimiter(cache_blocked=...)``; default
+            False.
+        clock: The monotonic clock of budgets, the blocked-key cache and the outage log;
+            default None: ``time.monotonic`` (tests inject a ``FakeClock``).
     """
 
     budget: float = 0.25
@@ -205,7 +221,13 @@ class LimiterSettings:
         backend: RateLimitBackend,
         lease: Leasing | None = None,
     ) -> RateLimiter:
-        """A ``RateLimiter`` of ``policies`` on ``backend``, with these settings (and ``lease``)."""
+        """A ``RateLimiter`` with these settings.
+
+        Args:
+            policies: Its rate policies.
+            backend: The backend it decides on.
+            lease: Its ``Leasing``, if any; default None.
+        """
         return RateLimiter(
             *policies,
             backend=backend,
@@ -219,7 +241,15 @@ class LimiterSettings:
     def concurrency_limiter(
         self, policy: Concurrency, backend: RateLimitBackend
     ) -> ConcurrencyLimiter:
-        """A ``ConcurrencyLimiter`` of ``policy`` on ``backend`` (which must hold slots)."""
+        """A ``ConcurrencyLimiter`` with these settings.
+
+        Args:
+            policy: Its in-flight limit.
+            backend: The backend holding the slots (it must have ``acquire_slot``).
+
+        Raises:
+            TypeError: ``backend`` cannot hold concurrency slots.
+        """
         if not hasattr(backend, "acquire_slot"):
             raise TypeError(f"backend {backend!r} cannot hold concurrency slots")
         return ConcurrencyLimiter(

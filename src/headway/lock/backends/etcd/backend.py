@@ -82,11 +82,19 @@ class _Waiter:
 class EtcdLockBackend(QueuedBackend):
     """Locks on an etcd v3 cluster (3.4 or later), through its JSON gateway (httpx).
 
-    ``endpoints`` are the members' client URLs; a member that is down or has no
-    leader is left for the next. ``timeout`` bounds every call: a cluster that
-    cannot answer (unreachable, no quorum) raises ``BackendUnavailable`` within it.
     Lease TTLs are whole seconds on etcd, at least its minimum (2 s by default):
     a shorter ``ttl`` is held longer on the server, never shorter than the lease says.
+
+    Args:
+        endpoints: The members' client URLs (a list, or one string with commas); a
+            member that is down or has no leader is left for the next. Default
+            ``"http://127.0.0.1:2379"``.
+        timeout: Bounds every call, in seconds: a cluster that cannot answer
+            (unreachable, no quorum) raises ``BackendUnavailable`` within it;
+            default 2.0.
+        namespace: The prefix of every key the locks write; default ``"headway/"``.
+        clock: The monotonic clock of lease deadlines and waits; default None:
+            ``time.monotonic``.
     """
 
     name = "etcd"
@@ -114,7 +122,12 @@ class EtcdLockBackend(QueuedBackend):
 
     @classmethod
     def from_url(cls, url: str, *, timeout: float = 2.0, **options: Any) -> EtcdLockBackend:
-        """Connect to ``url``: one client URL, or several separated by commas."""
+        """Connect to ``url``; other keyword arguments go to the constructor.
+
+        Args:
+            url: One client URL, or several separated by commas.
+            timeout: Bounds every call, in seconds; default 2.0.
+        """
         return cls(url.split(","), timeout=timeout, **options)
 
     def _prefix(self, resource: str) -> str:

@@ -45,14 +45,7 @@ __all__ = ["RedisLockBackend"]
 class RedisLockBackend(QueuedBackend):
     """Locks on one Redis server or a Redis Cluster (``redis.asyncio`` client).
 
-    ``timeout`` bounds every round trip: a Redis that is down or stalled raises
-    ``BackendUnavailable`` within it. With ``own_connection`` (the default), the lock
-    scripts go over one pipelined connection per event loop that headway drives
-    itself (see ``headway._redis.wire``; on a Cluster client, one per primary, routed
-    by slot: ``cluster_wire``): a lone call is written at once, calls made
-    concurrently share writes. ``own_connection=False`` sends every call through redis-py.
-
-    On that connection, a task that asks for a lock one of our own tasks holds
+    On headway's own connection, a task that asks for a lock one of our own tasks holds
     sends nothing: it rides on the holder's release (see ``riders``). Under
     contention within one process that is one script per grant instead of two.
 
@@ -61,6 +54,19 @@ class RedisLockBackend(QueuedBackend):
 
     Offers every mode: ``ReadWriteLock`` and ``Semaphore`` work over it too, on the
     same connection and wake-ups (``for_mode``, see ``modes``).
+
+    Args:
+        client: A ``redis.asyncio.Redis`` or ``RedisCluster`` client (``from_url``
+            makes one).
+        timeout: Bounds every round trip, in seconds: a Redis that is down or
+            stalled raises ``BackendUnavailable`` within it; default 2.0.
+        own_connection: Send the lock scripts over one pipelined connection per event
+            loop that headway drives itself (see ``headway._redis.wire``; on a Cluster
+            client, one per primary, routed by slot: ``cluster_wire``): a lone call is
+            written at once, calls made concurrently share writes. Default True; False
+            sends every call through redis-py.
+        clock: The monotonic clock of lease deadlines and waits; default None:
+            ``time.monotonic``.
     """
 
     name = "redis"
@@ -91,7 +97,14 @@ class RedisLockBackend(QueuedBackend):
     def from_url(
         cls, url: str, *, timeout: float = 2.0, own_connection: bool = True, **options: Any
     ) -> RedisLockBackend:
-        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
+        """Connect to ``url``; other keyword arguments go to ``redis.asyncio.Redis.from_url``.
+
+        Args:
+            url: The server's URL (``redis://``, ``rediss://``, ``unix://``).
+            timeout: The backend's ``timeout`` and the client's connect and socket
+                timeouts (unless ``options`` set them), in seconds; default 2.0.
+            own_connection: As for the constructor; default True.
+        """
         options.setdefault("socket_connect_timeout", timeout)
         options.setdefault("socket_timeout", timeout)
         return cls(

@@ -47,15 +47,22 @@ T = TypeVar("T")
 class SyncRedisLockBackend(SyncQueuedBackend):
     """The synchronous Redis backend (``redis.Redis`` or ``redis.cluster.RedisCluster``).
 
-    With ``own_connection`` (the default) the scripts go over sockets headway drives
-    itself (``headway._redis.sync_wire.SyncWire``; on a Cluster client, one per
-    primary, routed by slot: ``sync_cluster_wire``), one per thread in a call;
-    ``own_connection=False`` sends every call through redis-py.
-    The client's socket timeout bounds every round trip.
+    The client's socket timeout bounds every round trip (``from_url`` sets it).
 
-    On those sockets a thread that asks for a lock one of our own threads holds
+    On headway's own sockets a thread that asks for a lock one of our own threads holds
     rides on the holder's release, as in ``RedisLockBackend`` (see ``riders``).
     Offers every mode, as ``RedisLockBackend`` does (``for_mode``).
+
+    Args:
+        client: A ``redis.Redis`` or ``redis.cluster.RedisCluster`` client.
+        timeout: Bounds the wake-up channel's waits (its subscription), in seconds, and
+            names the bound in ``BackendUnavailable`` messages; default 2.0.
+        own_connection: Send the scripts over sockets headway drives itself
+            (``headway._redis.sync_wire.SyncWire``; on a Cluster client, one per
+            primary, routed by slot: ``sync_cluster_wire``), one per thread in a call;
+            default True. False sends every call through redis-py.
+        clock: The monotonic clock of lease deadlines and waits; default None:
+            ``time.monotonic``.
     """
 
     name = "redis"
@@ -89,7 +96,14 @@ class SyncRedisLockBackend(SyncQueuedBackend):
     def from_url(
         cls, url: str, *, timeout: float = 2.0, own_connection: bool = True, **options: Any
     ) -> SyncRedisLockBackend:
-        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
+        """Connect to ``url``; other keyword arguments go to ``redis.Redis.from_url``.
+
+        Args:
+            url: The server's URL (``redis://``, ``rediss://``, ``unix://``).
+            timeout: The backend's ``timeout`` and the client's connect and socket
+                timeouts (unless ``options`` set them), in seconds; default 2.0.
+            own_connection: As for the constructor; default True.
+        """
         options.setdefault("socket_connect_timeout", timeout)
         options.setdefault("socket_timeout", timeout)
         return cls(

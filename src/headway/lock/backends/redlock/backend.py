@@ -80,11 +80,26 @@ class RedlockBackend:
     """Locks held on a majority of N independent Redis servers (``redis.asyncio`` clients).
 
     Keeps working with up to (N-1)//2 servers down and grants nothing without a
-    majority. ``node_timeout`` bounds each request to one node (seconds);
-    ``retry_delay`` is the random range between acquire rounds. With
-    ``fencing=False`` the nodes count no fencing token and every lease's ``fence`` is
-    0 (not a token: nothing to give ``fenced_update``), for a cheaper lock that
-    excludes only while clocks and pauses behave.
+    majority.
+
+    Args:
+        clients: One client per independent Redis server (N of them, N >= 1; 3 or 5
+            in practice).
+        node_timeout: Bounds each request to one node, in seconds (> 0); default
+            0.05. A node slower than that counts as a no.
+        drift_factor: Clock drift allowed for, as a fraction of ``ttl`` (0 to < 1): a
+            lease is valid ``ttl - elapsed - (ttl * drift_factor + 2 ms)``; default 0.01.
+        retry_delay: The ``(low, high)`` range in seconds of the random pause between
+            acquire rounds; default ``(0.05, 0.2)``.
+        fencing: Count a fencing token on the nodes; default True. False makes every
+            lease's ``fence`` 0 (not a token: nothing to give ``fenced_update``), for a
+            cheaper lock that excludes only while clocks and pauses behave.
+        clock: The monotonic clock of rounds and lease validity; default None:
+            ``time.monotonic``.
+
+    Raises:
+        ValueError: No client, ``node_timeout`` <= 0, ``drift_factor`` out of range, or a
+            ``retry_delay`` that is not a (low, high) range of seconds.
     """
 
     name = "redlock"
@@ -130,7 +145,23 @@ class RedlockBackend:
         clock: Clock | None = None,
         **options: Any,
     ) -> RedlockBackend:
-        """Connect to one independent Redis server per URL; ``options`` go to each client."""
+        """Connect to one independent Redis server per URL; ``options`` go to each client.
+
+        Args:
+            urls: One ``redis://`` URL per independent server.
+            node_timeout: Seconds per request to one node, as for the constructor;
+                default 0.05.
+            drift_factor: The clock drift allowed for, as for the constructor; default
+                0.01.
+            retry_delay: The pause between rounds, as for the constructor; default
+                ``(0.05, 0.2)``.
+            fencing: Count fencing tokens; default True.
+            clock: The monotonic clock; default None: ``time.monotonic``.
+
+        Raises:
+            ValueError: No URL, ``node_timeout`` <= 0, ``drift_factor`` out of range, or a
+                ``retry_delay`` that is not a (low, high) range of seconds.
+        """
         # One attempt per node per round: retrying inside a round only eats its validity.
         options.setdefault("retry", Retry(NoBackoff(), 0))
         clients = [aioredis.Redis.from_url(url, **options) for url in urls]

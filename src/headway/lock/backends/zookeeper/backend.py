@@ -50,12 +50,25 @@ __all__ = ["ZooKeeperLockBackend"]
 class ZooKeeperLockBackend(ZooKeeperQueue):
     """Locks on a ZooKeeper ensemble (kazoo client), fenced by ``czxid``.
 
-    ``hosts`` is kazoo's connection string (``"zk1:2181,zk2:2181/chroot"``). The session
-    is the lease: ``session_timeout`` (s) is how long a holder that stopped talking keeps
-    the lock, and the longest ``ttl`` accepted. ``timeout`` bounds every request: an
-    ensemble that has no quorum or cannot be reached raises ``BackendUnavailable``
-    within it. Other keyword arguments go to ``KazooClient`` (``auth_data``, ...).
-    Offers every mode: ``ReadWriteLock`` and ``Semaphore`` work over it too.
+    The session is the lease. Other keyword arguments go to ``KazooClient``
+    (``auth_data``, ...). Offers every mode: ``ReadWriteLock`` and ``Semaphore`` work
+    over it too.
+
+    Args:
+        hosts: Kazoo's connection string (``"zk1:2181,zk2:2181/chroot"``); default
+            ``"127.0.0.1:2181"``.
+        session_timeout: How long a holder that stopped talking keeps the lock, in
+            seconds, and the longest ``ttl`` accepted; default 30.0.
+        timeout: Bounds every request, in seconds (> 0): an ensemble that has no
+            quorum or cannot be reached raises ``BackendUnavailable`` within it;
+            default 2.0.
+        prefix: The absolute path every lock lives under; default
+            ``"/headway/locks"``.
+        clock: The monotonic clock of lease deadlines and waits; default None:
+            ``time.monotonic``.
+
+    Raises:
+        ValueError: A bad ``prefix``, ``session_timeout`` or ``timeout``.
     """
 
     name = "zookeeper"
