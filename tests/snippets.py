@@ -213,28 +213,27 @@ async def setup_postgres(request: pytest.FixtureRequest) -> AsyncIterator[dict[s
 
 
 TABLES = """
+DROP TABLE IF EXISTS accounts, reports;
 CREATE TABLE accounts (id integer PRIMARY KEY, balance integer NOT NULL, fence bigint);
 INSERT INTO accounts VALUES (42, 100, NULL);
 CREATE TABLE reports (id integer PRIMARY KEY, body text NOT NULL, fence bigint);
-INSERT INTO reports VALUES (7, 'draft', NULL);
+INSERT INTO reports VALUES (7, 'draft', NULL)
 """
 
 
 @setup
 async def setup_tables(request: pytest.FixtureRequest) -> AsyncIterator[dict[str, Any]]:
-    """``engine``, an ``AsyncEngine`` on the test PostgreSQL whose (private) schema holds
-    two fenced tables, and their SQLAlchemy ``Table``s: ``accounts`` (``id``, ``balance``,
-    ``fence``; row 42) and ``reports`` (``id``, ``body``, ``fence``; row 7)."""
+    """Two fenced tables in the test PostgreSQL, dropped afterwards: ``accounts`` (``id``,
+    ``balance``, ``fence``; row 42) and ``reports`` (``id``, ``body``, ``fence``; row 7),
+    their SQLAlchemy ``Table``s, ``engine`` (an ``AsyncEngine`` on them) and
+    ``database_url``."""
     from sqlalchemy import BigInteger, Column, Integer, MetaData, Table, Text, text
     from sqlalchemy.ext.asyncio import create_async_engine
 
     url = request.getfixturevalue("postgres_url")
-    schema = "headway_snippets"
-    engine = create_async_engine(url, connect_args={"server_settings": {"search_path": schema}})
+    engine = create_async_engine(url)
     async with engine.begin() as conn:
-        await conn.execute(text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
-        await conn.execute(text(f"CREATE SCHEMA {schema}"))
-        for statement in filter(str.strip, TABLES.split(";")):
+        for statement in TABLES.split(";"):
             await conn.execute(text(statement))
     tables = MetaData()
     accounts = Table(
@@ -252,10 +251,10 @@ async def setup_tables(request: pytest.FixtureRequest) -> AsyncIterator[dict[str
         Column("fence", BigInteger),
     )
     try:
-        yield {"engine": engine, "accounts": accounts, "reports": reports}
+        yield {"database_url": url, "engine": engine, "accounts": accounts, "reports": reports}
     finally:
         async with engine.begin() as conn:
-            await conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+            await conn.execute(text("DROP TABLE accounts, reports"))
         await engine.dispose()
 
 

@@ -1,6 +1,6 @@
-"""Every ```python block of README.md and docs/*.md runs (the decision log excepted: it is
-a history), so the docs cannot drift from the code. One test per block, its id the
-block's ``file:line``.
+"""Every ```python block of README.md and of the Markdown under docs/ runs (docs/decisions/
+excepted: it is a history), so the docs cannot drift from the code. One test per block,
+its id the block's ``file:line``.
 
 The convention (docs/extending.md, "Code in the docs"; ``tests/snippets.py`` is its
 reference): a block runs as an async function's body would, so top-level ``await`` is
@@ -29,8 +29,8 @@ from tests.snippets import ROOT, Block, SnippetError, blocks, run
 
 pytestmark = pytest.mark.anyio
 
-GUIDES = (ROOT / "docs").glob("*.md")
-DOCS = [ROOT / "README.md", *sorted(p for p in GUIDES if not p.name.startswith("decisions"))]
+GUIDES = (ROOT / "docs").rglob("*.md")
+DOCS = [ROOT / "README.md", *sorted(p for p in GUIDES if "decisions" not in p.parts)]
 BLOCKS = [block for doc in DOCS for block in blocks(doc)]
 
 
