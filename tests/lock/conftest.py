@@ -245,6 +245,7 @@ MODAL_BACKENDS: dict[str, Entry] = {
     "redis": Entry(_redis),
     "postgres": Entry(_postgres),
     "zookeeper": Entry(_zookeeper),
+    "etcd": Entry(_etcd, lacks={"short_ttl": LOCK_BACKENDS["etcd"].lacks["short_ttl"]}),
 }
 
 #: name -> entry, for ``SyncReadWriteLock`` and ``SyncSemaphore``.

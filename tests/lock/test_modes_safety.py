@@ -58,7 +58,7 @@ PERMIT_PAUSES = (("inside", "permit"), ("held", "permit"))
 GAP, TAIL = 6, 2
 BUDGET = 120.0
 #: The backends that offer the modes (``ModalLockBackend``); a new one is one entry here.
-BACKENDS = ["redis", "postgres", "zookeeper"]
+BACKENDS = ["redis", "postgres", "etcd", "zookeeper"]
 
 Key = tuple[int, int]  # (worker, fence): one lease
 

@@ -25,9 +25,11 @@ from headway.lock.backends.etcd.codec import FAILED_PRECONDITION, NOT_FOUND, Etc
 from headway.lock.contract import AsyncWaiter
 from headway.lock.driver import QueuedBackend
 from headway.lock.flow import Attempt, Try, parse_waiter
+from headway.lock.modes import LockMode, ModeKind
 
 if TYPE_CHECKING:
     from headway.lock.backends.etcd.gateway import Gateway
+    from headway.lock.backends.etcd.modes import EtcdModeBackend
 
 __all__ = ["EtcdLockBackend"]
 
@@ -85,6 +87,8 @@ class EtcdLockBackend(QueuedBackend):
     Lease TTLs are whole seconds on etcd, at least its minimum (2 s by default):
     a shorter ``ttl`` is held longer on the server, never shorter than the lease says.
 
+    Offers every mode: ``ReadWriteLock`` and ``Semaphore`` work over it too.
+
     Args:
         endpoints: The members' client URLs (a list, or one string with commas); a
             member that is down or has no leader is left for the next. Default
@@ -98,6 +102,9 @@ class EtcdLockBackend(QueuedBackend):
     """
 
     name = "etcd"
+    modes: frozenset[ModeKind] = frozenset({"read", "write", "permits"})
+    #: Where this backend's keys live under the namespace (a mode's family has its own).
+    _space = "lock"
 
     def __init__(
         self,
@@ -134,7 +141,14 @@ class EtcdLockBackend(QueuedBackend):
         name = segment(resource)
         if "/" in name:  # "a" must not range over the keys of "a/b"
             name = segment("\0" + resource)  # not in the safe alphabet: always a digest
-        return f"{self.namespace}lock/{name}/"
+        return f"{self.namespace}{self._space}/{name}/"
+
+    def for_mode(self, mode: LockMode) -> EtcdModeBackend:
+        """This backend's locks in ``mode`` (see ``ModalLockBackend.for_mode``): a view
+        sharing its connections, so close the backend, not the view."""
+        from headway.lock.backends.etcd.modes import EtcdModeBackend
+
+        return EtcdModeBackend(self, mode)
 
     def _lease(self, token: str) -> int:
         return self._moved.get(token) or _lease_id(token)

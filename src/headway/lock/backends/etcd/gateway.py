@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import httpx
@@ -74,16 +75,32 @@ class Gateway:
             if len(failed) % len(self.endpoints) == 0:
                 await asyncio.sleep(min(_BACKOFF, max(0.0, deadline - loop.time())))
 
-    async def deleted(self, key: str, seen: int, seconds: float) -> None:
+    async def deleted(
+        self,
+        key: str,
+        seen: int,
+        seconds: float,
+        *,
+        range_end: str | None = None,
+        still: Callable[[], Awaitable[bool]] | None = None,
+    ) -> None:
         """Return once ``key`` (present at revision ``seen``) is deleted, or after ``seconds``.
 
-        It may return early (the stream broke, the key is gone already): callers look
-        again, so an early return costs one more check, never a missed release.
+        With ``range_end``, once any key in ``[key, range_end)`` is deleted, and
+        ``still()`` says whether what was seen at ``seen`` still holds (by default:
+        ``key`` exists). It may return early (the stream broke, the key is gone
+        already): callers look again, so an early return costs one more check, never a
+        missed release.
         """
         # The watch starts at the current revision, not at ``seen + 1``: etcd serves
         # a watch that starts in the past from a loop that runs every 100 ms, which
         # would be most of a handover. What happened in between is looked up instead.
-        body = {"create_request": {"key": b64(key), "filters": ["NOPUT"]}}
+        request: dict[str, Any] = {"key": b64(key), "filters": ["NOPUT"]}
+        if range_end is not None:
+            request["range_end"] = b64(range_end)
+        body = {"create_request": request}
+        if still is None:
+            still = functools.partial(self._exists, key)
         url = f"{self.endpoints[self._at]}/v3/watch"
         with contextlib.suppress(TimeoutError, httpx.HTTPError, ValueError):
             async with asyncio.timeout(seconds):
@@ -94,7 +111,7 @@ class Gateway:
                         if result is None or result.get("events") or result.get("canceled"):
                             return
                         moved = result.get("created") and int(result["header"]["revision"]) > seen
-                        if moved and not await self._exists(key):
+                        if moved and not await still():
                             return
 
     async def _exists(self, key: str) -> bool:

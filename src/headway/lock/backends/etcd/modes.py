@@ -1,0 +1,239 @@
+"""Read-write locks and semaphores on etcd: the create-revision queue, weighted.
+
+Each request of a family ("rw" or "permits", ``LockMode.family``) on a resource puts
+one key, bound to a lease of its own as an exclusive acquire's is, under
+``<namespace><family>/<resource>/``: ``r/<lease id>`` for a reader, ``w/<lease id>``
+for a writer, ``p/<lease id>`` for a permit, whose value is the permits its acquire
+asked for. The queue is those keys in create-revision order, holders and waiters
+alike; a request is granted when ``modes.fits`` holds for the weights of the keys
+before it, in the family's capacity (a semaphore's: the value of the newest key, so
+the newest acquire's). Its fence is its key's create revision: unique, and rising in
+queue order, so a writer's exceeds every earlier holder's, a reader's every earlier
+writer's.
+
+A refused waiter watches only what it waits for: a reader the last writer before
+it, a writer the key just before it, a permit every key of the family (any delete
+may free a place: each one is looked at again). A lease that runs out deletes its
+key, so a crashed holder's place comes back on the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from headway.lock.backends.etcd.backend import (
+    _WATCHED_MS,
+    EtcdLockBackend,
+    _lease_id,
+    _prefix_end,
+)
+from headway.lock.backends.etcd.codec import NOT_FOUND, EtcdError, b64, unb64
+from headway.lock.contract import AsyncWaiter
+from headway.lock.driver import QueuedBackend
+from headway.lock.flow import Attempt, Try, parse_waiter
+from headway.lock.modes import WHOLE, LockMode, fits
+
+__all__ = ["EtcdModeBackend"]
+
+#: A request's key, under the family's prefix, starts with its mode's tag.
+_TAGS = {"read": "r", "write": "w", "permits": "p"}
+#: A key whose delete wakes permit waiters (no request's: ``_parse`` skips it).
+_NUDGE = "~"
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """One key of the queue."""
+
+    key: str
+    revision: int  # its create revision: its place, and its fence once granted
+    weight: int
+    capacity: int  # the permits its acquire asked for (WHOLE for readers and writers)
+
+
+@dataclass(frozen=True, slots=True)
+class _Queue:
+    """A family's keys, oldest first, as etcd had them at ``revision``."""
+
+    requests: list[_Request]
+    revision: int
+
+    def find(self, revision: int) -> _Request | None:
+        return next((r for r in self.requests if r.revision == revision), None)
+
+
+class _Waiter:
+    """Waits for what stands between one request and its grant to go."""
+
+    def __init__(self, backend: EtcdModeBackend, resource: str, token: str) -> None:
+        self.backend, self.resource, self.token = backend, resource, token
+
+    async def wait(self, seconds: float) -> int | None:
+        backend = self.backend
+        found = backend._waits.get(self.token)
+        if found is None:
+            return None  # no place (yet): the next attempt takes one
+        key, seen = found
+        gateway = backend._gateway
+        if key:
+            await gateway.deleted(key, seen, seconds)
+        else:  # a permit: any key of the family that goes may free a place
+            prefix = backend._prefix(self.resource)
+            refused = functools.partial(backend._refused, self.resource, self.token)
+            await gateway.deleted(
+                prefix, seen, seconds, range_end=_prefix_end(prefix), still=refused
+            )
+        return None  # the next attempt looks again (the lock is never handed over)
+
+
+class EtcdModeBackend(EtcdLockBackend):
+    """An ``EtcdLockBackend`` holding resources in one ``LockMode`` (``for_mode``)."""
+
+    def __init__(self, backend: EtcdLockBackend, mode: LockMode) -> None:
+        # A view, not a client: the backend's connections, and its record of leases,
+        # so a lease of one view is released or extended through any other.
+        QueuedBackend.__init__(self, backend.clock)
+        self.namespace = backend.namespace
+        self._gateway = backend._gateway
+        self._revisions = backend._revisions
+        self._moved = backend._moved
+        self.mode = mode
+        self._space = mode.family
+        # token -> (the key its wait watches, "" for any key of the family; the
+        # revision its last attempt saw), while it waits.
+        self._waits: dict[str, tuple[str, int]] = {}
+
+    def _key(self, resource: str, token: str) -> str:
+        return f"{self._prefix(resource)}{_TAGS[self.mode.kind]}/{_lease_id(token):016x}"
+
+    async def _try(self, resource: str, step: Try) -> Attempt:
+        lease = self._lease(step.token)
+        mine = self._revisions.get(step.token)
+        if mine is None:
+            await self._grant(lease, step.ttl_ms)
+            key = self._key(resource, step.token)
+            queue = await self._enter(resource, key, lease)
+            found = next((r for r in queue.requests if r.key == key), None)
+            if found is not None and self.mode.kind == "permits":
+                await self._nudge(resource, queue, found, lease)
+        else:
+            # A retry: renew the place (and, if granted now, the lease from here on).
+            try:
+                alive, queue = await asyncio.gather(self._keepalive(lease), self._queue(resource))
+            except EtcdError as exc:
+                if exc.code != NOT_FOUND:  # the key was gone, and so was the lease for it
+                    raise
+                alive = False
+            found = queue.find(mine) if alive else None
+        if found is None:  # our lease ran out while we waited: queue again, at the end
+            self._forget(step.token)
+            return await self._try(resource, step)
+        self._revisions[step.token] = found.revision
+        watch = self._blocker(queue, found)
+        if watch is None:
+            self._waits.pop(step.token, None)
+            return Attempt(True, fence=found.revision)
+        if not step.waiter:  # no waiting: take no place
+            await self._revoke(step.token)
+        else:
+            self._waits[step.token] = (watch, queue.revision)
+        return Attempt(False, pttl_ms=_WATCHED_MS)
+
+    def _blocker(self, queue: _Queue, mine: _Request) -> str | None:
+        """None if ``mine`` fits behind the requests before it, else the key to watch
+        ("": any key of the family)."""
+        ahead = [r for r in queue.requests if r.revision < mine.revision]
+        # A semaphore's capacity is the newest acquire's; a read-write lock's is WHOLE.
+        capacity = queue.requests[-1].capacity
+        if fits((), (r.weight for r in ahead), self.mode.weight, capacity):
+            return None
+        if self.mode.kind == "permits":
+            return ""
+        if self.mode.kind == "read":  # only a writer keeps a reader out
+            ahead = [r for r in ahead if r.weight == WHOLE] or ahead
+        return ahead[-1].key
+
+    async def _nudge(self, resource: str, queue: _Queue, mine: _Request, lease: int) -> None:
+        """Wake the permit waiters ahead of ``mine`` that its raised capacity lets in:
+        they watch for deletes, so put a key and delete it."""
+        ahead = [r for r in queue.requests if r.revision < mine.revision]
+        # The request at place i (i before it) fits in i + 1 permits: those at places
+        # from the old capacity up to the new one were kept out, and now fit.
+        if not ahead or ahead[-1].capacity >= min(mine.capacity, len(ahead)):
+            return
+        key = b64(self._prefix(resource) + _NUDGE)
+        put = {"key": key, "lease": str(lease)}  # bound to our lease: a crash leaves nothing
+        await self._gateway.call("kv/put", put)
+        await self._gateway.call("kv/deleterange", {"key": key})
+
+    async def _enter(self, resource: str, key: str, lease: int) -> _Queue:
+        """Put our key (unless a lost reply's attempt did) and read the queue with it."""
+        value = str(self.mode.capacity) if self.mode.kind == "permits" else ""
+        read = {"request_range": self._listing(resource)}
+        reply = await self._gateway.call(
+            "kv/txn",
+            {
+                "compare": [{"key": b64(key), "target": "CREATE", "result": "EQUAL"}],
+                "success": [
+                    {"request_put": {"key": b64(key), "value": b64(value), "lease": str(lease)}},
+                    read,
+                ],
+                "failure": [read],
+            },
+        )
+        return self._parse(resource, reply["responses"][-1]["response_range"], reply)
+
+    async def _queue(self, resource: str) -> _Queue:
+        reply = await self._gateway.call("kv/range", self._listing(resource))
+        return self._parse(resource, reply, reply)
+
+    def _listing(self, resource: str) -> dict[str, Any]:
+        prefix = self._prefix(resource)
+        return {
+            "key": b64(prefix),
+            "range_end": b64(_prefix_end(prefix)),
+            "sort_order": "ASCEND",
+            "sort_target": "CREATE",
+            # Only a permit's value means something (its capacity).
+            "keys_only": self.mode.kind != "permits",
+        }
+
+    def _parse(self, resource: str, listing: dict[str, Any], reply: dict[str, Any]) -> _Queue:
+        skip = len(self._prefix(resource))
+        requests = []
+        for kv in listing.get("kvs", []):
+            key = unb64(kv["key"])
+            if key[skip] == _NUDGE:
+                continue
+            capacity = int(unb64(kv["value"])) if kv.get("value") else WHOLE
+            weight = WHOLE if key[skip] == _TAGS["write"] else 1
+            requests.append(_Request(key, int(kv["create_revision"]), weight, capacity))
+        return _Queue(requests, int(reply["header"]["revision"]))
+
+    async def _refused(self, resource: str, token: str) -> bool:
+        """True if ``token``'s request is still in the queue and still does not fit."""
+        mine = self._revisions.get(token)
+        if mine is None:
+            return False
+        queue = await self._queue(resource)
+        found = queue.find(mine)
+        return found is not None and self._blocker(queue, found) is not None
+
+    def _forget(self, token: str) -> None:
+        super()._forget(token)
+        self._waits.pop(token, None)
+
+    def _join(self, resource: str, waiter: str) -> AsyncWaiter | None:
+        return _Waiter(self, resource, parse_waiter(waiter)[0])
+
+    async def _listen(self, resource: str, waiter: str) -> AsyncWaiter:
+        return _Waiter(self, resource, parse_waiter(waiter)[0])
+
+    async def _unlisten(self, resource: str, waiter: str) -> None:
+        self._waits.pop(parse_waiter(waiter)[0], None)
+
+    async def aclose(self) -> None:
+        """Nothing: a view's connections are its backend's, closed with it."""
