@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -32,16 +33,22 @@ async def queued(
         return await _queued_by_count(lock, start)
     refused = asyncio.Event()
     original = backend._attempt
+    # Only the new request's attempts count: a waiter queued earlier retries too.
+    ours = contextvars.ContextVar("ours", default=False)
 
     async def watched(*args: Any) -> Any:
         attempt = await original(*args)
-        if not attempt.granted:
+        if not attempt.granted and ours.get():
             refused.set()
         return attempt
 
+    async def marked() -> Lease:
+        ours.set(True)
+        return await start()
+
     backend._attempt = watched
     try:
-        task = asyncio.create_task(start())
+        task = asyncio.create_task(marked())
         waiting = asyncio.create_task(refused.wait())
         await asyncio.wait([task, waiting], return_when=asyncio.FIRST_COMPLETED)
         waiting.cancel()

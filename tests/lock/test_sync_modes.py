@@ -37,16 +37,25 @@ def queued(pool: ThreadPoolExecutor, lock: SyncLock, start: Callable[[], Lease])
     backend: Any = lock.backend
     refused = threading.Event()
     original = backend._attempt
+    # Only the new request's thread counts: a waiter queued earlier retries too.
+    ours = threading.local()
 
     def watched(*args: Any) -> Any:
         attempt = original(*args)
-        if not attempt.granted:
+        if not attempt.granted and getattr(ours, "flag", False):
             refused.set()
         return attempt
 
+    def marked() -> Lease:
+        ours.flag = True
+        try:
+            return start()
+        finally:
+            ours.flag = False  # the pool's thread serves the next request
+
     backend._attempt = watched
     try:
-        future = pool.submit(start)
+        future = pool.submit(marked)
         deadline = time.monotonic() + WAIT
         while not refused.wait(0.01):
             assert not future.done(), "the request was answered instead of queued"
