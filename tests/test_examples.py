@@ -41,6 +41,19 @@ def test_standalone_lock_on_redis(redis_url: str) -> None:
     assert "balance 500 after 50 deposits" in out
 
 
+def test_nightly_job_in_memory() -> None:
+    out = run("nightly_job.py", HEADWAY_REDIS_URL="")
+    assert "3 reports in 3 nights" in out
+    assert out.count("skipped, another instance has it") == 6
+
+
+@pytest.mark.redis
+def test_nightly_job_on_redis(redis_url: str) -> None:
+    out = run("nightly_job.py", HEADWAY_REDIS_URL=redis_url)
+    assert "3 reports in 3 nights" in out
+    assert out.count("skipped, another instance has it") == 6
+
+
 async def create_table(url: str) -> None:
     engine = create_async_engine(url)
     async with engine.begin() as conn:

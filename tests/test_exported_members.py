@@ -83,10 +83,12 @@ def test_all_is_pinned() -> None:
         "RefusalHook",
         "ResultNotSerializable",
         "Rule",
+        "RunOnceDecorator",
         "ScopeFunction",
         "Semaphore",
         "Serializer",
         "SessionCookie",
+        "Skipped",
         "SlidingCounter",
         "SlidingLog",
         "Source",
@@ -117,6 +119,7 @@ def test_all_is_pinned() -> None:
         "idempotent_function",
         "lease_states",
         "rate_limit",
+        "run_once",
         "state_names",
     ]
 

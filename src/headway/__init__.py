@@ -61,6 +61,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.lock.lease import Lease
     from headway.lock.lock import Lock, SyncLock
     from headway.lock.modes import LockMode
+    from headway.lock.once import RunOnceDecorator, Skipped, run_once
     from headway.lock.shared import ReadWriteLock, Semaphore, SyncReadWriteLock, SyncSemaphore
     from headway.metrics.otel import OpenTelemetryMetrics
     from headway.metrics.prometheus import PrometheusMetrics
@@ -152,6 +153,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway.lock.lease": ("Lease",),
     "headway.lock.lock": ("Lock", "SyncLock"),
     "headway.lock.modes": ("LockMode",),
+    "headway.lock.once": ("RunOnceDecorator", "Skipped", "run_once"),
     "headway.lock.shared": ("ReadWriteLock", "Semaphore", "SyncReadWriteLock", "SyncSemaphore"),
     "headway.ratelimit.backends.contract": (
         "ConcurrencyBackend",
@@ -293,10 +295,12 @@ __all__ = [
     "RefusalHook",
     "ResultNotSerializable",
     "Rule",
+    "RunOnceDecorator",
     "ScopeFunction",
     "Semaphore",
     "Serializer",
     "SessionCookie",
+    "Skipped",
     "SlidingCounter",
     "SlidingLog",
     "Source",
@@ -327,6 +331,7 @@ __all__ = [
     "idempotent_function",
     "lease_states",
     "rate_limit",
+    "run_once",
     "state_names",
 ]
 
