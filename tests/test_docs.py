@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from tools import decisions_index as decisions
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACKED = subprocess.run(
@@ -117,3 +118,52 @@ def test_the_readme_is_a_front_door() -> None:
     assert before_first_section.find("```") == before_first_section.find(OPENING) >= 0, (
         "the README must open with the two commands"
     )
+
+
+#: Every decision entry, by part (``docs/decisions/<part>``).
+DECISIONS = [entry for part in decisions.PARTS for entry in decisions.entries(part)]
+#: A file pointing at a part's decisions, perhaps at one entry: ``docs/decisions/lock.md``,
+#: ``(docs/decisions/ratelimit.md, "Plain values on the hot path")``.
+POINTER = re.compile(r"docs/decisions/([\w-]+\.md)`*(?:,\s*\"([^\"]+)\")?")
+
+
+def test_every_decision_names_the_files_it_explains_and_they_exist() -> None:
+    files = sorted(f.removeprefix("docs/decisions/") for f in HISTORIES if f != "CHANGELOG.md")
+    assert files == sorted([*decisions.PARTS, "index.md"]), "a part missing from PARTS"
+    problems = []
+    for entry in DECISIONS:
+        if entry.superseded:
+            if entry.explains:
+                problems.append(f"{entry.link}: superseded, yet explains {entry.explains}")
+        elif not entry.explains:
+            problems.append(f"{entry.link}: no `*Explains:*` line under its heading")
+        problems += [
+            f"{entry.link}: {path} does not exist (moved? renamed?)"
+            for path in entry.explains
+            if path not in TRACKED
+        ]
+    titles = [(entry.part, entry.title) for entry in DECISIONS]
+    problems += [f"two entries titled {t}" for t in set(titles) if titles.count(t) > 1]
+    assert problems == []
+
+
+def test_the_decisions_index_is_current() -> None:
+    assert (ROOT / "docs/decisions/index.md").read_text() == decisions.render(), (
+        "docs/decisions/index.md is stale: python3 -m uv run python tools/decisions_index.py"
+    )
+
+
+def test_code_that_points_at_a_decision_is_explained_by_it() -> None:
+    """A module that sends its reader to ``docs/decisions/<part>.md`` is on an
+    ``*Explains:*`` line there (so the index lists it), and a title it quotes is one."""
+    stale = []
+    for path in (f for f in TRACKED if f.startswith("src/")):
+        for part, title in POINTER.findall((ROOT / path).read_text()):
+            if part == "index.md":  # the index lists every file: pointing there is enough
+                continue
+            found = [e for e in DECISIONS if e.part == part]
+            if not any(path in e.explains for e in found):
+                stale.append(f"{path} points at {part}, where no entry explains it")
+            if title and not any(e.title.startswith(title) for e in found):
+                stale.append(f"{path} quotes {title!r}, no entry of {part}")
+    assert stale == []
