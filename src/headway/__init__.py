@@ -55,6 +55,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         SyncLockBackend,
         SyncModalLockBackend,
     )
+    from headway.lock.decorator import LockDecorator, SyncLockDecorator, current_lease, locked
     from headway.lock.events import LockEvent, LockEventKind, LockHook
     from headway.lock.fencing import fenced_update, fenced_update_statement, fenced_update_sync
     from headway.lock.lease import Lease
@@ -146,6 +147,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "SyncLockBackend",
         "SyncModalLockBackend",
     ),
+    "headway.lock.decorator": ("LockDecorator", "SyncLockDecorator", "current_lease", "locked"),
     "headway.lock.fencing": ("fenced_update", "fenced_update_statement", "fenced_update_sync"),
     "headway.lock.lease": ("Lease",),
     "headway.lock.lock": ("Lock", "SyncLock"),
@@ -255,6 +257,7 @@ __all__ = [
     "LimiterSettings",
     "Lock",
     "LockBackend",
+    "LockDecorator",
     "LockError",
     "LockEvent",
     "LockEventKind",
@@ -303,6 +306,7 @@ __all__ = [
     "SyncLeasingBackend",
     "SyncLock",
     "SyncLockBackend",
+    "SyncLockDecorator",
     "SyncMemoryRateLimitBackend",
     "SyncModalLockBackend",
     "SyncRateLimitBackend",
@@ -314,6 +318,7 @@ __all__ = [
     "TokenBucket",
     "ZooKeeperLockBackend",
     "by_credentials",
+    "current_lease",
     "decide_states",
     "default_fingerprint",
     "fenced_update",
@@ -323,6 +328,7 @@ __all__ = [
     "idempotent",
     "idempotent_function",
     "lease_states",
+    "locked",
     "rate_limit",
     "state_names",
 ]
