@@ -61,6 +61,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.lock.lease import Lease
     from headway.lock.lock import Lock, SyncLock
     from headway.lock.modes import LockMode
+    from headway.lock.multi import MultiLock, SyncMultiLock
     from headway.lock.shared import ReadWriteLock, Semaphore, SyncReadWriteLock, SyncSemaphore
     from headway.metrics.otel import OpenTelemetryMetrics
     from headway.metrics.prometheus import PrometheusMetrics
@@ -152,6 +153,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway.lock.lease": ("Lease",),
     "headway.lock.lock": ("Lock", "SyncLock"),
     "headway.lock.modes": ("LockMode",),
+    "headway.lock.multi": ("MultiLock", "SyncMultiLock"),
     "headway.lock.shared": ("ReadWriteLock", "Semaphore", "SyncReadWriteLock", "SyncSemaphore"),
     "headway.ratelimit.backends.contract": (
         "ConcurrencyBackend",
@@ -270,6 +272,7 @@ __all__ = [
     "MemoryRateLimitBackend",
     "ModalLockBackend",
     "MonotonicClock",
+    "MultiLock",
     "MySQLLockBackend",
     "OpenTelemetryMetrics",
     "Policy",
@@ -309,6 +312,7 @@ __all__ = [
     "SyncLockDecorator",
     "SyncMemoryRateLimitBackend",
     "SyncModalLockBackend",
+    "SyncMultiLock",
     "SyncRateLimitBackend",
     "SyncRateLimiter",
     "SyncReadWriteLock",
