@@ -23,6 +23,8 @@ from headway import (
     ReadWriteLock,
     SyncLock,
     SyncLockBackend,
+    SyncModalLockBackend,
+    SyncReadWriteLock,
     current_lease,
     locked,
 )
@@ -213,6 +215,25 @@ def test_sync_lost_lease_is_reported_when_the_body_ends(
 
     with pytest.raises(LockLost):
         work()
+
+
+def test_sync_read_mode_shares_and_write_mode_excludes(
+    sync_modal_backend: SyncModalLockBackend,
+) -> None:
+    @locked(sync_modal_backend, "report:{month}", mode="read", timeout=0, on_timeout="skip")
+    def read(month: str) -> str:
+        return current_lease().resource
+
+    @locked(sync_modal_backend, "report:{month}", mode="write", timeout=0, on_timeout="skip")
+    def write(month: str) -> str:
+        return current_lease().resource
+
+    rw = SyncReadWriteLock(sync_modal_backend, "report:11", ttl=10)
+    reader = rw.read.acquire(timeout=0)
+    assert read("11") == "report:11"
+    assert write("11") is None
+    rw.read.release(reader)
+    assert write("11") == "report:11"
 
 
 # -- names, signature, typing (no backend needed) ----------------------------------------
