@@ -56,11 +56,13 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         SyncLockBackend,
         SyncModalLockBackend,
     )
+    from headway.lock.decorator import LockDecorator, SyncLockDecorator, current_lease, locked
     from headway.lock.events import LockEvent, LockEventKind, LockHook
     from headway.lock.fencing import fenced_update, fenced_update_statement, fenced_update_sync
     from headway.lock.lease import Lease
     from headway.lock.lock import Lock, SyncLock
     from headway.lock.modes import LockMode
+    from headway.lock.multi import MultiLock, SyncMultiLock
     from headway.lock.once import RunOnceDecorator, Skipped, run_once
     from headway.lock.shared import ReadWriteLock, Semaphore, SyncReadWriteLock, SyncSemaphore
     from headway.metrics.otel import OpenTelemetryMetrics
@@ -149,10 +151,12 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "SyncLockBackend",
         "SyncModalLockBackend",
     ),
+    "headway.lock.decorator": ("LockDecorator", "SyncLockDecorator", "current_lease", "locked"),
     "headway.lock.fencing": ("fenced_update", "fenced_update_statement", "fenced_update_sync"),
     "headway.lock.lease": ("Lease",),
     "headway.lock.lock": ("Lock", "SyncLock"),
     "headway.lock.modes": ("LockMode",),
+    "headway.lock.multi": ("MultiLock", "SyncMultiLock"),
     "headway.lock.once": ("RunOnceDecorator", "Skipped", "run_once"),
     "headway.lock.shared": ("ReadWriteLock", "Semaphore", "SyncReadWriteLock", "SyncSemaphore"),
     "headway.ratelimit.backends.contract": (
@@ -259,6 +263,7 @@ __all__ = [
     "LimiterSettings",
     "Lock",
     "LockBackend",
+    "LockDecorator",
     "LockError",
     "LockEvent",
     "LockEventKind",
@@ -271,6 +276,7 @@ __all__ = [
     "MemoryRateLimitBackend",
     "ModalLockBackend",
     "MonotonicClock",
+    "MultiLock",
     "MySQLLockBackend",
     "OpenTelemetryMetrics",
     "Policy",
@@ -309,8 +315,10 @@ __all__ = [
     "SyncLeasingBackend",
     "SyncLock",
     "SyncLockBackend",
+    "SyncLockDecorator",
     "SyncMemoryRateLimitBackend",
     "SyncModalLockBackend",
+    "SyncMultiLock",
     "SyncMySQLLockBackend",
     "SyncRateLimitBackend",
     "SyncRateLimiter",
@@ -321,6 +329,7 @@ __all__ = [
     "TokenBucket",
     "ZooKeeperLockBackend",
     "by_credentials",
+    "current_lease",
     "decide_states",
     "default_fingerprint",
     "fenced_update",
@@ -330,6 +339,7 @@ __all__ = [
     "idempotent",
     "idempotent_function",
     "lease_states",
+    "locked",
     "rate_limit",
     "run_once",
     "state_names",
