@@ -45,28 +45,25 @@ transaction-pooling one.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 import math
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import sqlalchemy.exc
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from headway._clock import Clock, MonotonicClock
-from headway._errors import BackendUnavailable, LockNotAcquired, LockNotOwned
+from headway.lock.backends.sql_session import Held as _Held
+from headway.lock.backends.sql_session import SessionLockBackend
+from headway.lock.backends.sql_session import discard as _discard
 from headway.lock.contract import LockBackend
 from headway.lock.driver import run_to_end
 from headway.lock.lease import Lease, check_timeout, check_ttl, new_token
 from headway.lock.modes import LockMode, ModeKind
 
 __all__ = ["PostgresLockBackend", "advisory_key"]
-
-T = TypeVar("T")
 
 # Materialised CTEs run in order (each reads the one before), so the settings
 # are in force before the lock call and the transaction id is taken after it.
@@ -107,26 +104,11 @@ def _sqlstate(exc: BaseException) -> str | None:
     return getattr(getattr(exc, "orig", None), "sqlstate", None)
 
 
-@dataclass
-class _Held:
-    conn: AsyncConnection
-    # One connection runs one statement at a time: extend and release queue here.
-    busy: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-
 async def _close(conn: AsyncConnection) -> None:
     await conn.close()
 
 
-async def _discard(conn: AsyncConnection) -> None:
-    """Close the connection for good: the session ends, and its lock with it."""
-    with contextlib.suppress(Exception):
-        await conn.invalidate()
-    with contextlib.suppress(Exception):
-        await conn.close()
-
-
-class PostgresLockBackend:
+class PostgresLockBackend(SessionLockBackend[_Held]):
     """Locks held as PostgreSQL transaction-level advisory locks (see the module doc).
 
     Args:
@@ -142,6 +124,8 @@ class PostgresLockBackend:
     """
 
     name = "postgres"
+    _server = "PostgreSQL"
+    _unavailable_errors = _UNAVAILABLE
     #: Read-write locks and semaphores: ``for_mode`` (``postgres_modes.py``).
     modes: frozenset[ModeKind] = frozenset({"read", "write", "permits"})
     # The statements of one attempt, waiting and not: a mode view swaps them.
@@ -167,17 +151,6 @@ class PostgresLockBackend:
 
     def _key(self, resource: str) -> int:
         return advisory_key(resource)
-
-    def _unavailable(self, exc: BaseException) -> BackendUnavailable:
-        return BackendUnavailable(
-            f"PostgreSQL failed or did not answer within {self.timeout:g} s: "
-            f"{type(exc).__name__}: {exc}",
-            backend="postgres",
-        )
-
-    async def _bounded(self, aw: Awaitable[T], seconds: float) -> T:
-        async with asyncio.timeout(seconds):
-            return await aw
 
     async def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
         """Acquire ``resource`` (see ``LockBackend.acquire``); the server does the waiting."""
@@ -232,87 +205,13 @@ class PostgresLockBackend:
         fence = result.scalar()
         return None if fence is None else int(fence)
 
-    async def _give_back(self, conn: AsyncConnection) -> None:
-        """Roll back a transaction that holds no lock and return its connection to the pool."""
-        try:
-            await self._bounded(conn.rollback(), self.timeout)
-        except _UNAVAILABLE:
-            await _discard(conn)
-        else:
-            await conn.close()
-
-    def _not_acquired(self, resource: str, timeout: float) -> LockNotAcquired:
-        return LockNotAcquired(
-            f"lock {resource!r} not acquired within {timeout:g} s", resource=resource
-        )
-
-    def _not_owned(self, lease: Lease, what: str, why: str = "") -> LockNotOwned:
-        return LockNotOwned(
-            f"cannot {what} lock {lease.resource!r}: the lease (fence {lease.fence}) is "
-            f"no longer held{why}",
-            resource=lease.resource,
-        )
-
-    async def extend(self, lease: Lease, ttl: float) -> Lease:
-        """Renew ``lease`` for ``ttl`` s from now; ``LockNotOwned`` if its session ended."""
-        ttl_ms = check_ttl(ttl)
-        held = self._held.get(lease.token)
-        if held is None:
-            raise self._not_owned(lease, "extend")
-        async with held.busy:
-            if self._held.get(lease.token) is not held:
-                raise self._not_owned(lease, "extend")
-            sent = self.clock()
-            # Past the lease's deadline the server may end the session anyway: a touch
-            # that cannot answer by then counts as lost (and ``hold()`` hears of it in time).
-            left = lease.deadline - sent
-            bound = min(self.timeout, left) if left > 0 else self.timeout
-            try:
-                # Shielded: a statement abandoned halfway would leave the session unusable.
-                await run_to_end(self._touch(lease.token, held, ttl_ms, bound))
-            except _UNAVAILABLE as exc:
-                why = f" ({type(exc).__name__}: its session ended or did not answer)"
-                raise self._not_owned(lease, "extend", why) from exc
-        return lease.renewed(ttl_ms, sent)
+    def _reset(self, conn: AsyncConnection) -> Awaitable[object]:
+        """Roll back a transaction that holds no lock (its connection then returns to the pool)."""
+        return conn.rollback()
 
     def _touch_params(self, ttl_ms: int) -> dict[str, Any]:
         return {"ttl": f"{ttl_ms}ms"}
 
-    async def _touch(self, token: str, held: _Held, ttl_ms: int, bound: float) -> None:
-        try:
-            statement = held.conn.execute(self._touch_sql, self._touch_params(ttl_ms))
-            await self._bounded(statement, bound)
-        except BaseException:
-            # A session that failed a statement cannot be trusted to hold anything:
-            # end it, so the lock is freed for certain.
-            self._held.pop(token, None)
-            await _discard(held.conn)
-            raise
-
-    async def release(self, lease: Lease) -> None:
-        """Release ``lease`` (shielded from cancellation); ``LockNotOwned`` if it had lapsed."""
-        held = self._held.pop(lease.token, None)
-        if held is None:
-            raise self._not_owned(lease, "release")
-        try:
-            await run_to_end(self._end(held))
-        except TimeoutError as exc:
-            # The session was closed from our side: the server frees the lock when it notices.
-            raise self._unavailable(exc) from exc
-        except _UNAVAILABLE as exc:
-            raise self._not_owned(lease, "release", " (its session had ended)") from exc
-
-    async def _end(self, held: _Held) -> None:
-        async with held.busy:
-            try:
-                await self._bounded(held.conn.rollback(), self.timeout)
-            except BaseException:
-                await _discard(held.conn)
-                raise
-            await held.conn.close()
-
-    async def aclose(self) -> None:
-        """Release every lease still held (their sessions end; the engine stays yours)."""
-        held, self._held = list(self._held.values()), {}
-        for h in held:
-            await run_to_end(_discard(h.conn))
+    def _unlock(self, held: _Held) -> Awaitable[object]:
+        """Roll back the lease's transaction: the lock is freed at once."""
+        return held.conn.rollback()

@@ -50,7 +50,9 @@ from typing import Any
 from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from headway.lock.backends.postgres import PostgresLockBackend, _discard, _Held, _ms
+from headway.lock.backends.postgres import PostgresLockBackend, _ms
+from headway.lock.backends.sql_session import Held as _Held
+from headway.lock.backends.sql_session import discard as _discard
 from headway.lock.contract import LockBackend
 from headway.lock.lease import Lease
 from headway.lock.modes import LockMode

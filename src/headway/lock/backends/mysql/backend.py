@@ -82,8 +82,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Generator
-from dataclasses import dataclass, field
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import sqlalchemy.exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -103,6 +103,8 @@ from headway.lock.backends.mysql.common import (
     reply,
     seconds,
 )
+from headway.lock.backends.sql_session import Held, SessionLockBackend
+from headway.lock.backends.sql_session import discard as _discard
 from headway.lock.driver import run_to_end
 from headway.lock.lease import Lease, check_timeout, check_ttl, new_token
 
@@ -112,22 +114,12 @@ T = TypeVar("T")
 
 
 @dataclass
-class _Held:
-    conn: AsyncConnection
-    name: str
-    # One connection runs one statement at a time: extend and release queue here.
-    busy: asyncio.Lock = field(default_factory=asyncio.Lock)
+class _Held(Held):
+    #: The lock's name, for ``RELEASE_LOCK``.
+    name: str = ""
 
 
-async def _discard(conn: AsyncConnection) -> None:
-    """Close the connection for good: the session ends, and its locks with it."""
-    with contextlib.suppress(Exception):
-        await conn.invalidate()
-    with contextlib.suppress(Exception):
-        await conn.close()
-
-
-class MySQLLockBackend(common.Common):
+class MySQLLockBackend(common.Common, SessionLockBackend[_Held]):
     """Locks held as MySQL/MariaDB user-level locks (see the module doc).
 
     Args:
@@ -142,16 +134,15 @@ class MySQLLockBackend(common.Common):
         ValueError: The engine is neither MySQL's nor MariaDB's, or a bad ``timeout``.
     """
 
+    _unavailable_errors = UNAVAILABLE
+    _touch_sql = TOUCH
+
     def __init__(
         self, engine: AsyncEngine, *, timeout: float = 2.0, clock: Clock | None = None
     ) -> None:
         super().__init__(engine, timeout, clock)
         self.engine = engine
         self._held: dict[str, _Held] = {}
-
-    async def _bounded(self, aw: Awaitable[T], seconds: float) -> T:
-        async with asyncio.timeout(seconds):
-            return await aw
 
     async def _run(self, conn: AsyncConnection, steps: Generator[Step, Reply, T]) -> T:
         """Run ``steps`` (a flow from ``common``) on ``conn``."""
@@ -209,7 +200,7 @@ class MySQLLockBackend(common.Common):
             await run_to_end(self._give_back(conn))
             raise self._not_acquired(resource, timeout)
         token = new_token()
-        self._held[token] = _Held(conn, name)
+        self._held[token] = _Held(conn, name=name)
         return Lease(resource, token, fence, sent + ttl_ms / 1000, ttl_ms / 1000)
 
     async def _checkout(self, wait: float) -> tuple[AsyncConnection, int]:
@@ -250,67 +241,13 @@ class MySQLLockBackend(common.Common):
                 await killer.execute(common.kill(session))
         await _discard(conn)
 
-    async def _give_back(self, conn: AsyncConnection) -> None:
-        """Restore the settings of a session that holds no lock and return it to the pool."""
-        try:
-            await self._bounded(conn.execute(GIVE_BACK), self.timeout)
-        except UNAVAILABLE:
-            await _discard(conn)
-        else:
-            await conn.close()
+    def _reset(self, conn: AsyncConnection) -> Awaitable[object]:
+        """Restore the settings of a session that holds no lock (before it returns to the pool)."""
+        return conn.execute(GIVE_BACK)
 
-    async def extend(self, lease: Lease, ttl: float) -> Lease:
-        """Renew ``lease`` for ``ttl`` s from now; ``LockNotOwned`` if its session ended."""
-        ttl_ms = check_ttl(ttl)
-        held = self._held.get(lease.token)
-        if held is None:
-            raise self._not_owned(lease, "extend")
-        async with held.busy:
-            if self._held.get(lease.token) is not held:
-                raise self._not_owned(lease, "extend")
-            sent = self.clock()
-            try:
-                # Shielded: a statement abandoned halfway would leave the session unusable.
-                await run_to_end(self._touch(lease.token, held, ttl_ms, self._bound(lease, sent)))
-            except UNAVAILABLE as exc:
-                why = f" ({type(exc).__name__}: its session ended or did not answer)"
-                raise self._not_owned(lease, "extend", why) from exc
-        return lease.renewed(ttl_ms, sent)
+    def _touch_params(self, ttl_ms: int) -> dict[str, Any]:
+        return {"ttl": seconds(ttl_ms)}
 
-    async def _touch(self, token: str, held: _Held, ttl_ms: int, bound: float) -> None:
-        try:
-            await self._bounded(held.conn.execute(TOUCH, {"ttl": seconds(ttl_ms)}), bound)
-        except BaseException:
-            # A session that failed a statement cannot be trusted to hold anything:
-            # end it, so the lock is freed for certain.
-            self._held.pop(token, None)
-            await _discard(held.conn)
-            raise
-
-    async def release(self, lease: Lease) -> None:
-        """Release ``lease`` (shielded from cancellation); ``LockNotOwned`` if it had lapsed."""
-        held = self._held.pop(lease.token, None)
-        if held is None:
-            raise self._not_owned(lease, "release")
-        try:
-            await run_to_end(self._end(held))
-        except TimeoutError as exc:
-            # The session was closed from our side: the server frees the lock when it notices.
-            raise self._unavailable(exc) from exc
-        except UNAVAILABLE as exc:
-            raise self._not_owned(lease, "release", " (its session had ended)") from exc
-
-    async def _end(self, held: _Held) -> None:
-        async with held.busy:
-            try:
-                await self._bounded(held.conn.execute(RELEASE, {"name": held.name}), self.timeout)
-            except BaseException:
-                await _discard(held.conn)
-                raise
-            await held.conn.close()
-
-    async def aclose(self) -> None:
-        """Release every lease still held (their sessions end; the engine stays yours)."""
-        held, self._held = list(self._held.values()), {}
-        for h in held:
-            await run_to_end(_discard(h.conn))
+    def _unlock(self, held: _Held) -> Awaitable[object]:
+        """``RELEASE_LOCK``, in the statement that restores the session's settings."""
+        return held.conn.execute(RELEASE, {"name": held.name})

@@ -16,8 +16,8 @@ import sqlalchemy.exc
 from sqlalchemy import TextClause, text
 
 from headway._clock import Clock, MonotonicClock
-from headway._errors import BackendUnavailable, LockNotAcquired, LockNotOwned
-from headway.lock.lease import Lease, check_timeout
+from headway.lock.backends.sql_session import LeaseErrors
+from headway.lock.lease import check_timeout
 
 __all__ = ["FENCE_TABLE", "lock_name"]
 
@@ -184,10 +184,11 @@ def waited(sent: float, now: float, ttl_ms: int) -> bool:
     return now - sent > ttl_ms / 1000 / 10
 
 
-class Common:
+class Common(LeaseErrors):
     """The parts of a MySQL lock backend that do not run statements."""
 
     name = "mysql"
+    _server = "MySQL"
 
     def __init__(self, engine: Any, timeout: float, clock: Clock | None) -> None:
         if engine.dialect.name not in ("mysql", "mariadb"):
@@ -197,28 +198,3 @@ class Common:
         self.timeout = check_timeout(timeout)
         self.clock: Clock = clock or MonotonicClock()
         self.database: str = engine.url.database or ""
-
-    def _unavailable(self, exc: BaseException) -> BackendUnavailable:
-        return BackendUnavailable(
-            f"MySQL failed or did not answer within {self.timeout:g} s: "
-            f"{type(exc).__name__}: {exc}",
-            backend="mysql",
-        )
-
-    def _not_acquired(self, resource: str, timeout: float) -> LockNotAcquired:
-        return LockNotAcquired(
-            f"lock {resource!r} not acquired within {timeout:g} s", resource=resource
-        )
-
-    def _not_owned(self, lease: Lease, what: str, why: str = "") -> LockNotOwned:
-        return LockNotOwned(
-            f"cannot {what} lock {lease.resource!r}: the lease (fence {lease.fence}) is "
-            f"no longer held{why}",
-            resource=lease.resource,
-        )
-
-    def _bound(self, lease: Lease, sent: float) -> float:
-        """How long a renewal may take: past the lease's deadline the server may end the
-        session anyway, so a touch that cannot answer by then counts as lost."""
-        left = lease.deadline - sent
-        return min(self.timeout, left) if left > 0 else self.timeout
