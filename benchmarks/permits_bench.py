@@ -10,7 +10,8 @@ its own throw-away ``redis-server`` (stopped by PID at the end) and calls the
 the same before and after, so one run can compare two source trees: put either on
 ``PYTHONPATH``). Each row is ``--calls`` calls on one key that already has 50 holders
 (a limiter in use): ``acquire`` (granted, each adding a holder), ``release`` (of those),
-``extend``, and ``refused`` (an acquire on a key whose one slot is held). The server's
+``extend``, and ``refused`` (an acquire on a key whose one slot is held); then a
+``SyncSemaphore``'s fenced acquire and its release, beside 50 holders. The server's
 time is the ``usec`` of ``FCALL`` in ``INFO commandstats`` per call (the script's time
 inside Redis, its commands included), median over interleaved rounds; with
 ``--instructions``, the instructions the server ran per call under callgrind
@@ -35,8 +36,11 @@ from headway import (
     Concurrency,
     ConcurrencyLimiter,
     RedisRateLimitBackend,
+    SyncRedisLockBackend,
     SyncRedisRateLimitBackend,
+    SyncSemaphore,
 )
+from headway.lock.lease import Lease
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests
 from tests.servers import private_redis
@@ -46,8 +50,9 @@ FULL = Concurrency(1, ttl=60.0)
 HELD = 50
 
 
-def _rows(backend: SyncRedisRateLimitBackend, calls: int) -> dict[str, Callable[[], None]]:
+def _rows(url: str, calls: int) -> dict[str, Callable[[], None]]:
     """The calls of each row, in order (``release`` gives back what ``acquire`` took)."""
+    backend = SyncRedisRateLimitBackend.from_url(url, timeout=30)
     for i in range(HELD):
         assert backend.acquire_slot("busy", POLICY, f"held-{i}").granted
     assert backend.acquire_slot("full", FULL, "the-one").granted
@@ -55,6 +60,12 @@ def _rows(backend: SyncRedisRateLimitBackend, calls: int) -> dict[str, Callable[
     assert backend.release_slot("busy", POLICY, "warm")
     assert backend.extend_slot("busy", POLICY, "held-0", 60_000)
     tokens = [f"t-{i}" for i in range(calls)]
+    locks = SyncRedisLockBackend(redis.Redis.from_url(url, socket_timeout=30))
+    semaphore = SyncSemaphore(locks, "pool", permits=100_000, ttl=60, timeout=0)
+    for _ in range(HELD):
+        semaphore.acquire()
+    semaphore.release(semaphore.acquire())
+    permits: list[Lease] = []
 
     def acquire() -> None:
         for token in tokens:
@@ -72,7 +83,21 @@ def _rows(backend: SyncRedisRateLimitBackend, calls: int) -> dict[str, Callable[
         for token in tokens:
             assert not backend.acquire_slot("full", FULL, token).granted
 
-    return {"acquire": acquire, "release": release, "extend": extend, "refused": refused}
+    def semaphore_acquire() -> None:
+        permits[:] = [semaphore.acquire() for _ in range(calls)]
+
+    def semaphore_release() -> None:
+        for lease in permits:
+            semaphore.release(lease)
+
+    return {
+        "acquire": acquire,
+        "release": release,
+        "extend": extend,
+        "refused": refused,
+        "Semaphore acquire (fenced)": semaphore_acquire,
+        "Semaphore release": semaphore_release,
+    }
 
 
 def _fcall_usec(client: redis.Redis) -> tuple[int, int]:
@@ -83,9 +108,8 @@ def _fcall_usec(client: redis.Redis) -> tuple[int, int]:
 def server_time(url: str, rounds: int, calls: int) -> dict[str, float]:
     """Median µs of server time per script call, per row."""
     client = redis.Redis.from_url(url)
-    backend = SyncRedisRateLimitBackend.from_url(url)
     client.flushall()
-    rows = _rows(backend, calls)
+    rows = _rows(url, calls)
     times: dict[str, list[float]] = {name: [] for name in rows}
     for _ in range(rounds):
         for name, run in rows.items():
@@ -93,7 +117,6 @@ def server_time(url: str, rounds: int, calls: int) -> dict[str, float]:
             run()
             n, usec = _fcall_usec(client)
             times[name].append(usec / n)
-    backend.close()
     client.close()
     return {name: statistics.median(t) for name, t in times.items()}
 
@@ -103,10 +126,8 @@ def instructions(calls: int) -> dict[str, float]:
     from _callgrind_redis import counted_redis  # only with --instructions
 
     with counted_redis() as server:
-        backend = SyncRedisRateLimitBackend.from_url(server.url, timeout=30)
-        rows = _rows(backend, calls)
+        rows = _rows(server.url, calls)
         counts = {name: server.instructions(run) for name, run in rows.items()}
-        backend.close()
     return {name: count / calls for name, count in counts.items()}
 
 

@@ -29,7 +29,13 @@ from headway._redis.resp import Packed
 from headway._redis.scripts import Script
 from headway._redis.sync_wire import SyncWire
 from headway._redis.wire import Wires, forget
-from headway.lock.backends.redis.mode_keys import MODE_EXTEND, MODE_RELEASE, MODE_TRY, ModeCalls
+from headway.lock.backends.redis.mode_keys import (
+    MODE_EXTEND,
+    MODE_RELEASE,
+    MODE_TRY,
+    ModeCalls,
+    released,
+)
 from headway.lock.modes import permits
 from headway.ratelimit.algorithms import PolicySet
 from headway.ratelimit.backends.fast_path import FastPath
@@ -54,10 +60,12 @@ OWN_CONNECTION = True
 _FAILURES: tuple[type[BaseException], ...] = (BackendUnavailable, *UNAVAILABLE)
 
 
-def _grant(reply: Sequence[Any]) -> Grant:
-    """``lock/modes/try.lua``'s reply: granted, slots in flight, µs to wait."""
-    granted, in_flight, wait_us = (int(v) for v in reply)
-    return Grant(bool(granted), in_flight, wait_us)
+def _grant(reply: int | Sequence[Any]) -> Grant:
+    """``lock/modes/try.lua``'s reply: the slots held when granted, else those and the
+    µs to wait."""
+    if isinstance(reply, int):
+        return Grant(True, reply, 0)
+    return Grant(False, int(reply[0]), int(reply[1]))
 
 
 def slot_calls(policy: Concurrency, sharded: bool) -> ModeCalls:
@@ -245,14 +253,15 @@ class RedisRateLimitBackend:
 
     async def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
         """Give a slot back; False when its lease had ended. The semaphore's release, in
-        its short call (three keys) unless redis-py may send it twice; a short call
+        its short call (two keys) unless redis-py may send it twice; a short call
         answered -1 (somebody waits: never on a limiter's keys) is sent whole."""
         calls, retried = self._calls(policy), not self._wires.direct()
         if not retried:
-            reply = await self._slot(MODE_RELEASE, calls.short_release(key, token))
-            if reply[0] != -1:
-                return bool(reply[0])
-        return bool((await self._slot(MODE_RELEASE, calls.release(key, token, "", retried)))[0])
+            done = released(await self._slot(MODE_RELEASE, calls.short_release(key, token)))
+            if done != -1:
+                return bool(done)
+        call = calls.release(key, token, "", retried)
+        return released(await self._slot(MODE_RELEASE, call)) == 1
 
     async def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool:
         """Renew a slot's lease; False when it had ended (the semaphore's renewal)."""
@@ -351,10 +360,10 @@ class SyncRedisRateLimitBackend:
         """Give a slot back; False when its lease had ended (see the async backend's)."""
         calls, retried = self._calls(policy), not self._wire.enabled
         if not retried:
-            reply = self._slot(MODE_RELEASE, calls.short_release(key, token))
-            if reply[0] != -1:
-                return bool(reply[0])
-        return bool(self._slot(MODE_RELEASE, calls.release(key, token, "", retried))[0])
+            done = released(self._slot(MODE_RELEASE, calls.short_release(key, token)))
+            if done != -1:
+                return bool(done)
+        return released(self._slot(MODE_RELEASE, calls.release(key, token, "", retried))) == 1
 
     def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool:
         """Renew a slot's lease; False when it had ended (the semaphore's renewal)."""

@@ -36,6 +36,7 @@ __all__ = [
     "handed",
     "holders_key",
     "mode_keys",
+    "released",
 ]
 
 _QUEUE = ("clock", "lock/handoff", "lock/modes/queue")
@@ -101,7 +102,8 @@ class ModeCalls:
 
     def take(self, resource: str, token: str, ttl_ms: int) -> tuple[tuple[str, ...], list[Any]]:
         """``lock/modes/try`` (a semaphore's): a permit at once or not at all, unfenced."""
-        return self.keys(resource).keys[:3], [token, ttl_ms, self.capacity]
+        k = self.keys(resource).keys
+        return (k[0], k[2]), [token, ttl_ms, self.capacity]
 
     def acquire(self, resource: str, step: Try) -> tuple[tuple[str, ...], list[Any]]:
         """``lock/modes/acquire`` for one attempt."""
@@ -118,9 +120,11 @@ class ModeCalls:
         return k.keys, [token, call, k.channel, node, self.capacity]
 
     def short_release(self, resource: str, token: str) -> tuple[tuple[str, ...], list[Any]]:
-        """``lock/modes/release``'s short call (three keys; from a client that never
-        retries): answered ``[-1]`` while somebody waits, then send ``release``."""
-        return self.keys(resource).keys[:3], [token, ""]
+        """``lock/modes/release``'s short call, for a lease ``take`` granted (two keys; from
+        a client that never retries): answered -1 while somebody waits, then send
+        ``release``."""
+        k = self.keys(resource).keys
+        return (k[0], k[2]), [token]
 
     def extend(self, resource: str, token: str, ttl_ms: int) -> tuple[tuple[str, ...], list[Any]]:
         """``lock/modes/extend``."""
@@ -130,14 +134,20 @@ class ModeCalls:
     def short_extend(
         self, resource: str, token: str, ttl_ms: int
     ) -> tuple[tuple[str, ...], list[Any]]:
-        """``lock/modes/extend``'s short call (three keys): answered -1 while somebody
-        waits, then send ``extend``."""
-        return self.keys(resource).keys[:3], [token, ttl_ms]
+        """``lock/modes/extend``'s short call, for a lease ``take`` granted (two keys):
+        answered -1 while somebody waits, then send ``extend``."""
+        k = self.keys(resource).keys
+        return (k[0], k[2]), [token, ttl_ms]
 
     def leave(self, resource: str, waiter: str) -> tuple[tuple[str, ...], list[Any]]:
         """``lock/modes/leave``."""
         k = self.keys(resource)
         return k.keys, [waiter, k.channel, self.capacity]
+
+
+def released(reply: Any) -> int:
+    """What a ``lock/modes/release`` answered: 1 released, 0 not held, -1 send it whole."""
+    return int(reply[0] if isinstance(reply, list) else reply)
 
 
 def handed(reply: Any) -> Sequence[tuple[str, int]]:

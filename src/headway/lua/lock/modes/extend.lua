@@ -1,7 +1,8 @@
 -- Extend a lease in a mode that is still held.
 -- Includes clock.lua, lock/handoff.lua (wake, next_fence) and lock/modes/queue.lua,
--- loaded before it. KEYS[1..7] as in lock/modes/queue.lua, or only KEYS[1..3] (holders,
--- held, queue: a short call, all a renewal touches while nobody waits).
+-- loaded before it. KEYS[1..7] as in lock/modes/queue.lua; or, for a lease taken by
+-- lock/modes/try.lua (a concurrency slot), a short call of KEYS[1] holders and KEYS[2]
+-- queue (queue.lua's KEYS[1] and KEYS[3]): all such a renewal touches while nobody waits.
 -- ARGV[1] token    the lease's token
 -- ARGV[2] ttl_ms   the new TTL, counted from now
 -- ARGV[3] channel  pub/sub channel of the waiters                       } the whole
@@ -21,9 +22,9 @@ if redis.call('EXISTS', k.queue) == 0 then
     return 0
   end
   redis.call('ZADD', k.holders, us(now_us + ttl_ms * 1000), token)
-  keep_holders(k, ttl_ms, redis.call('HEXISTS', k.held, token) == 1)
+  keep_holders(k, ttl_ms, k.held and redis.call('HEXISTS', k.held, token) == 1)
   return 1
-elseif #KEYS < 7 then
+elseif not k.held then
   return -1
 end
 local used = prune(k, now_us)

@@ -10,7 +10,10 @@
 --                  lock/modes/try.lua: a concurrency slot) is only here.
 -- KEYS[2] held     hash: holder token -> "<weight>:<fence>" for the other holders;
 --                  '#extra' -> the sum of (weight - 1) over them, absent when 0. So the
---                  weight in use is ZCARD(holders) + '#extra'.
+--                  weight in use is ZCARD(holders) + '#extra'. Entries of holders that
+--                  lock/modes/try.lua pruned stay until the hash goes (it does not take
+--                  this key): harmless, as every lookup goes through the holders first,
+--                  and a semaphore's permits all weigh 1.
 -- KEYS[3] queue    zset: waiter id -> arrival time (us); the lowest score goes next
 -- KEYS[4] places   zset: waiter id -> server time (ms) after which its place is void
 -- KEYS[5] wants    hash: waiter id -> weight; '#cap' -> the capacity (the newest acquire's)
@@ -21,7 +24,7 @@
 -- leaves or is granted); empty keys are deleted. The fence is kept as the exclusive
 -- lock's is (next_fence).
 -- DEFINES
---   mode_keys(KEYS)  the keys above by name
+--   mode_keys(KEYS)  the keys above by name (a short call's two: holders and queue)
 --   us(n)            n (an integer) as Redis's argument, exact (no exponent)
 --   drop_gone(k, now_us)  drop holders whose lease ran out; returns how many
 --   prune(k, now_us) drop_gone, then returns the weight in use, and how many were dropped
@@ -34,6 +37,9 @@
 --   soonest_us(k, now_us)  the shortest remaining lease (us), 0 if nobody holds
 
 local function mode_keys(keys)
+  if #keys == 2 then  -- a short call (lock/modes/release.lua, extend.lua): holders, queue
+    return {holders = keys[1], queue = keys[2]}
+  end
   return {holders = keys[1], held = keys[2], queue = keys[3], places = keys[4],
           wants = keys[5], fence = keys[6], released = keys[7]}
 end
