@@ -60,26 +60,32 @@ class Families:
         # One counter for every family: fences keep rising after an idle family is forgotten.
         self.fence = 0
 
-    def get(self, key: tuple[str, str]) -> _Family:
-        """The family at ``key``, without the holders and places that lapsed."""
-        family = self.states.setdefault(key, _Family())
-        now = self.clock()
+    def get(self, key: tuple[str, str], now: float | None = None) -> _Family:
+        """The family at ``key``, without the holders and places that lapsed by ``now``
+        (the clock's by default)."""
+        family = self.states.get(key)
+        if family is None:
+            family = self.states[key] = _Family()
+        if now is None:
+            now = self.clock()
         for token in [t for t, h in family.holders.items() if h.expires <= now]:
             del family.holders[token]
-        for waiter in [w for w, (until, _) in family.queue.items() if until <= now]:
-            del family.queue[waiter]
+        if family.queue:
+            for waiter in [w for w, (until, _) in family.queue.items() if until <= now]:
+                del family.queue[waiter]
         return family
 
     def settle(self, key: tuple[str, str], family: _Family) -> None:
         """Wake every waiter that now fits (a prefix of the queue); forget an idle family."""
-        used = sum(h.weight for h in family.holders.values())
-        for waiter, (_, weight) in family.queue.items():
-            used += weight
-            if used > family.capacity:
-                break
-            if (event := self.events.get(waiter)) is not None:
-                event.set()
-        if not family.holders and not family.queue:
+        if family.queue:
+            used = sum(h.weight for h in family.holders.values())
+            for waiter, (_, weight) in family.queue.items():
+                used += weight
+                if used > family.capacity:
+                    break
+                if (event := self.events.get(waiter)) is not None:
+                    event.set()
+        elif not family.holders:
             del self.states[key]
 
     def take(
@@ -91,10 +97,10 @@ class Families:
         Returns whether it was granted, the permits held then (this one included), and
         when refused the seconds until the first lease ends (0 if nobody holds).
         """
-        family = self.get(key)
-        family.capacity = capacity
         now = self.clock()
-        held = sum(h.weight for h in family.holders.values())
+        family = self.get(key, now)
+        family.capacity = capacity
+        held = len(family.holders)  # a semaphore's permits all weigh 1
         if held >= capacity or family.queue:
             soonest = min((h.expires for h in family.holders.values()), default=now)
             return False, held, soonest - now

@@ -108,6 +108,7 @@ class RedisRateLimitBackend:
         self.own_connection = self._wires.enabled
         self._sharded = isinstance(client, aioredis.RedisCluster)
         self._slot_calls: dict[Concurrency, ModeCalls] = {}
+        self._recent_calls: tuple[Concurrency, ModeCalls] | None = None
         # By policy set (equal sets pack alike, so limiters made per call share one).
         self._packings: dict[PolicySet, Packing] = {}
         # The last one used: one limiter per backend finds it without hashing its policies.
@@ -222,11 +223,15 @@ class RedisRateLimitBackend:
             raise unavailable(exc) from exc
 
     def _calls(self, policy: Concurrency) -> ModeCalls:
+        recent = self._recent_calls
+        if recent is not None and recent[0] is policy:
+            return recent[1]  # one limiter per backend: found without hashing its policy
         calls = self._slot_calls.get(policy)
         if calls is None:
             if len(self._slot_calls) >= 256:  # policies made per request: start afresh
                 self._slot_calls.clear()
             calls = self._slot_calls[policy] = slot_calls(policy, self._sharded)
+        self._recent_calls = (policy, calls)
         return calls
 
     async def _slot(
@@ -291,6 +296,7 @@ class SyncRedisRateLimitBackend:
         self._wire = SyncWire(client, own_connection)
         self._sharded = isinstance(client, redis.cluster.RedisCluster)
         self._slot_calls: dict[Concurrency, ModeCalls] = {}
+        self._recent_calls: tuple[Concurrency, ModeCalls] | None = None
 
     @classmethod
     def from_url(
@@ -339,11 +345,15 @@ class SyncRedisRateLimitBackend:
             raise unavailable(exc) from exc
 
     def _calls(self, policy: Concurrency) -> ModeCalls:
+        recent = self._recent_calls
+        if recent is not None and recent[0] is policy:
+            return recent[1]  # one limiter per backend: found without hashing its policy
         calls = self._slot_calls.get(policy)
         if calls is None:
             if len(self._slot_calls) >= 256:  # policies made per request: start afresh
                 self._slot_calls.clear()
             calls = self._slot_calls[policy] = slot_calls(policy, self._sharded)
+        self._recent_calls = (policy, calls)
         return calls
 
     def _slot(self, script: Script, call: tuple[tuple[str, ...], list[Any]]) -> Any:

@@ -56,7 +56,8 @@ class ModeKeys:
     channel: str
 
 
-_PARTS = (":held", ":queue", ":places", ":wants", ":fence", ":released")
+_QUEUE_PART = ":queue"
+_PARTS = (":held", _QUEUE_PART, ":places", ":wants", ":fence", ":released")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -100,10 +101,18 @@ class ModeCalls:
             return mode_keys(self.family, resource, self.sharded)
         return family_keys(self._holders(resource), self.sharded)
 
-    def take(self, resource: str, token: str, ttl_ms: int) -> tuple[tuple[str, ...], list[Any]]:
+    def short_keys(self, resource: str) -> tuple[str, str]:
+        """The keys of a short call (``take``'s, and a release or renewal of what it
+        took): the holders and the queue."""
+        if self._holders is None:
+            holders = holders_key(self.family, resource)
+        else:
+            holders = self._holders(resource)
+        return holders, holders + _QUEUE_PART
+
+    def take(self, resource: str, token: str, ttl_ms: int) -> tuple[tuple[str, str], list[Any]]:
         """``lock/modes/try`` (a semaphore's): a permit at once or not at all, unfenced."""
-        k = self.keys(resource).keys
-        return (k[0], k[2]), [token, ttl_ms, self.capacity]
+        return self.short_keys(resource), [token, ttl_ms, self.capacity]
 
     def acquire(self, resource: str, step: Try) -> tuple[tuple[str, ...], list[Any]]:
         """``lock/modes/acquire`` for one attempt."""
@@ -119,12 +128,11 @@ class ModeCalls:
         call = secrets.token_hex(8) if retried else ""
         return k.keys, [token, call, k.channel, node, self.capacity]
 
-    def short_release(self, resource: str, token: str) -> tuple[tuple[str, ...], list[Any]]:
+    def short_release(self, resource: str, token: str) -> tuple[tuple[str, str], list[Any]]:
         """``lock/modes/release``'s short call, for a lease ``take`` granted (two keys; from
         a client that never retries): answered -1 while somebody waits, then send
         ``release``."""
-        k = self.keys(resource).keys
-        return (k[0], k[2]), [token]
+        return self.short_keys(resource), [token]
 
     def extend(self, resource: str, token: str, ttl_ms: int) -> tuple[tuple[str, ...], list[Any]]:
         """``lock/modes/extend``."""
@@ -133,11 +141,10 @@ class ModeCalls:
 
     def short_extend(
         self, resource: str, token: str, ttl_ms: int
-    ) -> tuple[tuple[str, ...], list[Any]]:
+    ) -> tuple[tuple[str, str], list[Any]]:
         """``lock/modes/extend``'s short call, for a lease ``take`` granted (two keys):
         answered -1 while somebody waits, then send ``extend``."""
-        k = self.keys(resource).keys
-        return (k[0], k[2]), [token, ttl_ms]
+        return self.short_keys(resource), [token, ttl_ms]
 
     def leave(self, resource: str, waiter: str) -> tuple[tuple[str, ...], list[Any]]:
         """``lock/modes/leave``."""
