@@ -27,6 +27,7 @@ from headway._redis.scripts import Script
 from headway._redis.sync_wire import SyncWire
 from headway._redis.wire import Wires
 from headway.lock.backends.redis import keys as lock_scripts
+from headway.lock.backends.redis import mode_keys as mode_scripts
 from headway.lock.backends.redis.keys import lock_keys
 from headway.lock.backends.redlock import backend as redlock
 from headway.ratelimit.algorithms import ALGORITHMS, Algorithm, PolicySet
@@ -142,10 +143,11 @@ def _policy(algorithm: Algorithm) -> Policy:
 
 
 def _every_script() -> list[Script]:
-    """Every script headway sends: locks, permits, and each algorithm's decide and lease."""
+    """Every script headway sends: locks, lock modes (semaphores: concurrency slots too),
+    and each algorithm's decide and lease."""
     scripts = [
         getattr(module, name)
-        for module in (lock_scripts, redlock, redis_scripts)
+        for module in (lock_scripts, mode_scripts, redlock, redis_scripts)
         for name in dir(module)
         if isinstance(getattr(module, name), Script)
     ]

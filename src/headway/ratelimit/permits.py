@@ -4,10 +4,12 @@
 ``SyncLockBackend``): ``acquire`` returns a ``Lease`` or raises
 ``LockNotAcquired``; ``release`` and ``extend`` raise ``LockNotOwned`` once the
 lease ended. So a slot is held by ``Lock.hold()`` (its watchdog, its
-``LockLost``) like any lock; only the scripts differ (``lua/permits/*.lua``).
-Permits are not queued: ``acquire`` answers at once, and ``admit`` is the same
-call answering with the ``Admission`` (slots in flight, the wait when refused).
-A permit's lease has the fencing token ``PERMIT_FENCE`` (0): see ``slots``.
+``LockLost``) like any lock. The built-in backends keep the slots as a
+``Semaphore``'s permits (the lock family's model in memory, its scripts on Redis):
+an acquire is the semaphore's answer-at-once mode, which never queues, and a
+release or a renewal is the semaphore's own. ``admit`` is the acquire answering
+with the ``Admission`` (slots in flight, the wait when refused). A permit's lease
+has the fencing token ``PERMIT_FENCE`` (0): see ``slots``.
 
 The async shell bounds each call by ``budget`` and makes acquire and release
 safe under cancellation (``run_to_end``); an acquire whose reply was lost

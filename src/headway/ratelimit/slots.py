@@ -15,7 +15,14 @@ from headway.lock.lease import Lease
 from headway.ratelimit.decision import _FAILED_CLOSED, _FAILED_OPEN, Source
 from headway.ratelimit.policies import Concurrency
 
-__all__ = ["PERMIT_FENCE", "Admission", "Grant", "admitted", "failed_admission", "slot_key"]
+__all__ = [
+    "PERMIT_FENCE",
+    "Admission",
+    "Grant",
+    "admitted",
+    "failed_admission",
+    "slot_key",
+]
 
 #: The fencing token of every slot's lease. ``limit`` holders share a key at once, so
 #: no order among them protects a write: permits keep no counter (a round trip's work
@@ -83,7 +90,13 @@ class Admission:
 
 
 def slot_key(key: str, policy: Concurrency) -> str:
-    """The key holding ``key``'s slots (same hash tag as its rate-limit state)."""
+    """The holders key of ``key``'s slots (same hash tag as its rate-limit state).
+
+    The slots are a semaphore's permits (``lock.modes.permits(policy.limit)``) whose
+    family is named after this key (``lock/backends/redis/mode_keys.family_keys``):
+    on Redis the holders are this one sorted set, the rest of the family's keys exist
+    only while a fenced holder or a waiter does (which the limiter never makes).
+    """
     return tagged("rl", key, policy.key_part)[0]
 
 

@@ -2,7 +2,10 @@
 
 One ``_Family`` per (family, resource): live holders and a FIFO queue of waiting
 requests, each with its weight. ``MemoryLockBackend.for_mode`` returns a
-``MemoryModeBackend``; the views of one backend share its families.
+``MemoryModeBackend``; the views of one backend share its families. ``Families``
+also answers a semaphore's answer-at-once request (``take``, as
+``lua/lock/modes/try.lua``) and gives leases back and renews them (``release``,
+``extend``): the in-memory rate-limit backend keeps its concurrency slots here.
 """
 
 from __future__ import annotations
@@ -57,27 +60,75 @@ class Families:
         # One counter for every family: fences keep rising after an idle family is forgotten.
         self.fence = 0
 
-    def get(self, key: tuple[str, str]) -> _Family:
-        """The family at ``key``, without the holders and places that lapsed."""
-        family = self.states.setdefault(key, _Family())
-        now = self.clock()
+    def get(self, key: tuple[str, str], now: float | None = None) -> _Family:
+        """The family at ``key``, without the holders and places that lapsed by ``now``
+        (the clock's by default)."""
+        family = self.states.get(key)
+        if family is None:
+            family = self.states[key] = _Family()
+        if now is None:
+            now = self.clock()
         for token in [t for t, h in family.holders.items() if h.expires <= now]:
             del family.holders[token]
-        for waiter in [w for w, (until, _) in family.queue.items() if until <= now]:
-            del family.queue[waiter]
+        if family.queue:
+            for waiter in [w for w, (until, _) in family.queue.items() if until <= now]:
+                del family.queue[waiter]
         return family
 
     def settle(self, key: tuple[str, str], family: _Family) -> None:
         """Wake every waiter that now fits (a prefix of the queue); forget an idle family."""
-        used = sum(h.weight for h in family.holders.values())
-        for waiter, (_, weight) in family.queue.items():
-            used += weight
-            if used > family.capacity:
-                break
-            if (event := self.events.get(waiter)) is not None:
-                event.set()
-        if not family.holders and not family.queue:
+        if family.queue:
+            used = sum(h.weight for h in family.holders.values())
+            for waiter, (_, weight) in family.queue.items():
+                used += weight
+                if used > family.capacity:
+                    break
+                if (event := self.events.get(waiter)) is not None:
+                    event.set()
+        elif not family.holders:
             del self.states[key]
+
+    def take(
+        self, key: tuple[str, str], token: str, ttl_ms: int, capacity: int
+    ) -> tuple[bool, int, float]:
+        """One of a semaphore's ``capacity`` permits for ``token`` at once, unfenced (fence
+        0), unless all are held or somebody waits (``lua/lock/modes/try.lua``).
+
+        Returns whether it was granted, the permits held then (this one included), and
+        when refused the seconds until the first lease ends (0 if nobody holds).
+        """
+        now = self.clock()
+        family = self.get(key, now)
+        family.capacity = capacity
+        held = len(family.holders)  # a semaphore's permits all weigh 1
+        if held >= capacity or family.queue:
+            soonest = min((h.expires for h in family.holders.values()), default=now)
+            return False, held, soonest - now
+        family.holders[token] = _Holder(now + ttl_ms / 1000, 1, 0)
+        return True, held + 1, 0.0
+
+    def release(self, key: tuple[str, str], token: str) -> bool:
+        """Give ``token``'s lease back; False if it had ended. Waiters that now fit are woken."""
+        family = self.get(key)
+        found = family.holders.pop(token, None) is not None
+        self.settle(key, family)
+        return found
+
+    def extend(self, key: tuple[str, str], token: str, ttl_ms: int) -> bool:
+        """Renew ``token``'s lease for ``ttl_ms`` from now; False if it had ended."""
+        family = self.get(key)
+        if (holder := family.holders.get(token)) is None:
+            self.settle(key, family)
+            return False
+        holder.expires = self.clock() + ttl_ms / 1000
+        return True
+
+    def sweep(self) -> None:
+        """Forget the families that leases running out left idle (no call came since)."""
+        for key in list(self.states):
+            family = self.get(key)
+            if not family.holders and not family.queue:
+                del self.states[key]
 
 
 class MemoryModeBackend(QueuedBackend):
@@ -118,20 +169,10 @@ class MemoryModeBackend(QueuedBackend):
         return Attempt(False, pttl_ms=max(1, round((soonest - now) * 1000)) if held else 0)
 
     async def _release(self, resource: str, token: str) -> bool:
-        key = self._key(resource)
-        family = self._families.get(key)
-        found = family.holders.pop(token, None) is not None
-        self._families.settle(key, family)
-        return found
+        return self._families.release(self._key(resource), token)
 
     async def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:
-        key = self._key(resource)
-        family = self._families.get(key)
-        if (holder := family.holders.get(token)) is None:
-            self._families.settle(key, family)
-            return False
-        holder.expires = self.clock() + ttl_ms / 1000
-        return True
+        return self._families.extend(self._key(resource), token, ttl_ms)
 
     async def _leave(self, resource: str, waiter: str) -> None:
         key = self._key(resource)

@@ -3,17 +3,20 @@
 It decides with ``contract.decide_states`` (the ``model``) and leases with
 ``contract.lease_states`` (the ``lease_model``) over a dict in one process,
 with the scripts' semantics: one state per policy (``contract.state_names``), the same
-TTLs (an expired state reads as missing), the same replies, and the same concurrency
-slots (leases that end unless renewed). Time comes from an injectable clock (monotonic
-by default: one process needs no shared clock). A decision never waits, so the
+TTLs (an expired state reads as missing), the same replies. Concurrency slots are a
+semaphore's permits in the lock family's own model (``lock.backends.memory_modes``:
+``Families.take``, ``release``, ``extend``), named as on Redis (``slots.slot_key``).
+Time comes from an injectable clock (monotonic by default: one process needs no
+shared clock). A decision never waits, so the
 limiter's fast path (``fast_path``) always has it at once.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from headway._clock import Clock, MonotonicClock
 from headway._errors import BackendUnavailable
@@ -25,6 +28,9 @@ from headway.ratelimit.leasing import Leasing
 from headway.ratelimit.policies import Concurrency, Policy
 from headway.ratelimit.slots import Grant, slot_key
 
+if TYPE_CHECKING:
+    from headway.lock.backends.memory_modes import Families
+
 __all__ = ["MemoryRateLimitBackend", "SyncMemoryRateLimitBackend"]
 
 
@@ -32,7 +38,7 @@ class _Store:
     def __init__(self, clock: Clock | None) -> None:
         self.clock: Clock = clock or MonotonicClock()
         self.entries: dict[str, tuple[Any, int]] = {}  # key -> (state, expires at, us)
-        self.slots: dict[str, dict[str, int]] = {}  # key -> {token: lease ends at, us}
+        self._slots: Families | None = None  # made by the first slot (``slots``)
         self._sweep_at = 1024
         # Sync callers may share a backend between threads; each decision is atomic.
         self._mutex = threading.Lock()
@@ -76,6 +82,19 @@ class _Store:
                     self.entries[name] = (state, now + max(1, -(-ttl_us // 1000)) * 1000)
             return reply
 
+    @property
+    def slots(self) -> Families:
+        """The slots: a semaphore's permits per slot key, leases that end unless renewed."""
+        if self._slots is None:
+            # Imported here: a rate limiter that takes no slot never loads the lock modules.
+            from headway.lock.backends.memory_modes import Families
+
+            self._slots = Families(self.clock)
+        return self._slots
+
+    def _slot_families(self) -> int:
+        return 0 if self._slots is None else len(self._slots.states)
+
     def _get(self, key: str, now: int) -> Any:
         entry = self.entries.get(key)
         if entry is None:
@@ -88,52 +107,28 @@ class _Store:
     def _sweep(self, now: int) -> None:
         # Amortised: sweep when the dicts have doubled since the last sweep.
         self.entries = {k: e for k, e in self.entries.items() if e[1] > now}
-        for key in list(self.slots):
-            self._leases(key, now)
-        self._sweep_at = max(1024, 2 * (len(self.entries) + len(self.slots)))
+        if self._slots is not None:
+            self._slots.sweep()
+        self._sweep_at = max(1024, 2 * (len(self.entries) + self._slot_families()))
 
     def _now(self) -> int:
         return round(self.clock() * 1_000_000)
 
-    def _leases(self, key: str, now: int) -> dict[str, int]:
-        """The leases of ``key`` that have not ended (pruned, like the scripts do)."""
-        leases = self.slots.get(key)
-        if leases is None:
-            return {}
-        for token in [t for t, ends in leases.items() if ends <= now]:
-            del leases[token]
-        if not leases:
-            del self.slots[key]
-        return leases
-
     def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
         with self._mutex:
-            key, now = slot_key(key, policy), self._now()
-            leases = self._leases(key, now)
-            if len(leases) >= policy.limit:
-                return Grant(False, len(leases), min(leases.values()) - now)
-            self.slots.setdefault(key, leases)[token] = now + policy.ttl_ms * 1000
-            if len(self.entries) + len(self.slots) >= self._sweep_at:
-                self._sweep(now)
-            return Grant(True, len(leases), 0)
+            slots = ("permits", slot_key(key, policy))
+            granted, held, wait = self.slots.take(slots, token, policy.ttl_ms, policy.limit)
+            if len(self.entries) + self._slot_families() >= self._sweep_at:
+                self._sweep(self._now())
+            return Grant(granted, held, max(1, math.ceil(wait * 1e6)) if wait > 0 else 0)
 
     def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
         with self._mutex:
-            key = slot_key(key, policy)
-            leases = self._leases(key, self._now())
-            held = leases.pop(token, None) is not None
-            if not leases:
-                self.slots.pop(key, None)
-            return held
+            return self.slots.release(("permits", slot_key(key, policy)), token)
 
     def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool:
         with self._mutex:
-            now = self._now()
-            leases = self._leases(slot_key(key, policy), now)
-            if token not in leases:
-                return False
-            leases[token] = now + ttl_ms * 1000
-            return True
+            return self.slots.extend(("permits", slot_key(key, policy)), token, ttl_ms)
 
     def reset(self, key: str, policies: Sequence[Policy]) -> None:
         with self._mutex:

@@ -7,13 +7,15 @@ the same call when missing (``_redis.scripts``). A lease is one call of
 ``ratelimit/lease.lua``. The async shell offers ``RateLimiter`` its fast path
 (``fast_path.FastPath``): the call written on headway's pipelined connection without a
 coroutine, its arguments packed once per policy set (``redis_scripts.Packing``).
-Concurrency slots (the permits of ``ratelimit.permits``) are one call of
-``lua/permits/*.lua`` per acquire, release or renewal.
+Concurrency slots (the permits of ``ratelimit.permits``) are a semaphore's permits
+(``lua/lock/modes/``, keys named by ``slots.slot_key``): an acquire is one call of the
+answer-at-once ``lock/modes/try``, a release or a renewal one of the semaphore's own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,12 +29,17 @@ from headway._redis.resp import Packed
 from headway._redis.scripts import Script
 from headway._redis.sync_wire import SyncWire
 from headway._redis.wire import Wires, forget
+from headway.lock.backends.redis.mode_keys import (
+    MODE_EXTEND,
+    MODE_RELEASE,
+    MODE_TRY,
+    ModeCalls,
+    released,
+)
+from headway.lock.modes import permits
 from headway.ratelimit.algorithms import PolicySet
 from headway.ratelimit.backends.fast_path import FastPath
 from headway.ratelimit.backends.redis_scripts import (
-    SLOT_ACQUIRE,
-    SLOT_EXTEND,
-    SLOT_RELEASE,
     Packing,
     decide_call,
     decide_script,
@@ -53,10 +60,22 @@ OWN_CONNECTION = True
 _FAILURES: tuple[type[BaseException], ...] = (BackendUnavailable, *UNAVAILABLE)
 
 
-def _grant(reply: Sequence[Any]) -> Grant:
-    """``permits/acquire.lua``'s reply: granted, slots in flight, µs to wait."""
-    granted, in_flight, wait_us = (int(v) for v in reply)
-    return Grant(bool(granted), in_flight, wait_us)
+def _grant(reply: int | Sequence[Any]) -> Grant:
+    """``lock/modes/try.lua``'s reply: the slots held when granted, else those and the
+    µs to wait."""
+    if isinstance(reply, int):
+        return Grant(True, reply, 0)
+    return Grant(False, int(reply[0]), int(reply[1]))
+
+
+def slot_calls(policy: Concurrency, sharded: bool) -> ModeCalls:
+    """The calls of ``policy``'s slots: a semaphore of ``policy.limit`` permits whose
+    resources are the limiter's keys, its holders keys named by ``slots.slot_key``."""
+    return ModeCalls(permits(policy.limit), sharded, functools.partial(_slot_key, policy))
+
+
+def _slot_key(policy: Concurrency, key: str) -> str:
+    return slot_key(key, policy)
 
 
 def _micros(clock: Clock | None) -> int | None:
@@ -92,6 +111,9 @@ class RedisRateLimitBackend:
         self.clock = clock
         self._wires = Wires(client, own_connection)
         self.own_connection = self._wires.enabled
+        self._sharded = isinstance(client, aioredis.RedisCluster)
+        self._slot_calls: dict[Concurrency, ModeCalls] = {}
+        self._recent_calls: tuple[Concurrency, ModeCalls] | None = None
         # By policy set (equal sets pack alike, so limiters made per call share one).
         self._packings: dict[PolicySet, Packing] = {}
         # The last one used: one limiter per backend finds it without hashing its policies.
@@ -212,37 +234,59 @@ class RedisRateLimitBackend:
         except UNAVAILABLE as exc:
             raise unavailable(exc) from exc
 
+    def _calls(self, policy: Concurrency) -> ModeCalls:
+        recent = self._recent_calls
+        if recent is not None and recent[0] is policy:
+            return recent[1]  # one limiter per backend: found without hashing its policy
+        calls = self._slot_calls.get(policy)
+        if calls is None:
+            if len(self._slot_calls) >= 256:  # policies made per request: start afresh
+                self._slot_calls.clear()
+            calls = self._slot_calls[policy] = slot_calls(policy, self._sharded)
+        self._recent_calls = (policy, calls)
+        return calls
+
     async def _slot(
         self,
         script: Script,
-        key: str,
-        policy: Concurrency,
-        args: list[Any],
+        call: tuple[tuple[str, ...], list[Any]],
         orphan: Callable[[Any], object] | None = None,
     ) -> Any:
         try:
-            return await self._wires.call(script, [slot_key(key, policy)], args, orphan)
+            return await self._wires.call(script, call[0], call[1], orphan)
         except UNAVAILABLE as exc:
             raise unavailable(exc) from exc
 
     async def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
         """Take a concurrency slot (see ``ConcurrencyBackend``): one script call."""
-        args = [token, policy.limit, policy.ttl_ms]
+        calls = self._calls(policy)
 
         def orphan(reply: Any) -> None:  # granted to a caller who gave up: give it back
             wire = self._wires.ready_wire()
             if wire is not None and _grant(reply).granted:
-                forget(wire.submit(SLOT_RELEASE, [slot_key(key, policy)], [token]))
+                forget(wire.submit(MODE_RELEASE, *calls.release(key, token, "", False)))
 
-        return _grant(await self._slot(SLOT_ACQUIRE, key, policy, args, orphan))
+        return _grant(await self._slot(MODE_TRY, calls.take(key, token, policy.ttl_ms), orphan))
 
     async def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
-        """Give a slot back; False when its lease had ended."""
-        return bool(await self._slot(SLOT_RELEASE, key, policy, [token]))
+        """Give a slot back; False when its lease had ended. The semaphore's release, in
+        its short call (two keys) unless redis-py may send it twice; a short call
+        answered -1 (somebody waits: never on a limiter's keys) is sent whole."""
+        calls, retried = self._calls(policy), not self._wires.direct()
+        if not retried:
+            done = released(await self._slot(MODE_RELEASE, calls.short_release(key, token)))
+            if done != -1:
+                return bool(done)
+        call = calls.release(key, token, "", retried)
+        return released(await self._slot(MODE_RELEASE, call)) == 1
 
     async def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool:
-        """Renew a slot's lease; False when it had ended."""
-        return bool(await self._slot(SLOT_EXTEND, key, policy, [token, ttl_ms]))
+        """Renew a slot's lease; False when it had ended (the semaphore's renewal)."""
+        calls = self._calls(policy)
+        held = await self._slot(MODE_EXTEND, calls.short_extend(key, token, ttl_ms))
+        if held == -1:
+            held = await self._slot(MODE_EXTEND, calls.extend(key, token, ttl_ms))
+        return bool(held)
 
 
 class SyncRedisRateLimitBackend:
@@ -267,6 +311,9 @@ class SyncRedisRateLimitBackend:
         self.client = client
         self.clock = clock
         self._wire = SyncWire(client, own_connection)
+        self._sharded = isinstance(client, redis.cluster.RedisCluster)
+        self._slot_calls: dict[Concurrency, ModeCalls] = {}
+        self._recent_calls: tuple[Concurrency, ModeCalls] | None = None
 
     @classmethod
     def from_url(
@@ -322,21 +369,41 @@ class SyncRedisRateLimitBackend:
         except UNAVAILABLE as exc:
             raise unavailable(exc) from exc
 
-    def _slot(self, script: Script, key: str, policy: Concurrency, args: list[Any]) -> Any:
+    def _calls(self, policy: Concurrency) -> ModeCalls:
+        recent = self._recent_calls
+        if recent is not None and recent[0] is policy:
+            return recent[1]  # one limiter per backend: found without hashing its policy
+        calls = self._slot_calls.get(policy)
+        if calls is None:
+            if len(self._slot_calls) >= 256:  # policies made per request: start afresh
+                self._slot_calls.clear()
+            calls = self._slot_calls[policy] = slot_calls(policy, self._sharded)
+        self._recent_calls = (policy, calls)
+        return calls
+
+    def _slot(self, script: Script, call: tuple[tuple[str, ...], list[Any]]) -> Any:
         try:
-            return self._wire.call(script, [slot_key(key, policy)], args)
+            return self._wire.call(script, call[0], call[1])
         except UNAVAILABLE as exc:
             raise unavailable(exc) from exc
 
     def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
         """Take a concurrency slot (see ``ConcurrencyBackend``): one script call."""
-        args = [token, policy.limit, policy.ttl_ms]
-        return _grant(self._slot(SLOT_ACQUIRE, key, policy, args))
+        return _grant(self._slot(MODE_TRY, self._calls(policy).take(key, token, policy.ttl_ms)))
 
     def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
-        """Give a slot back; False when its lease had ended."""
-        return bool(self._slot(SLOT_RELEASE, key, policy, [token]))
+        """Give a slot back; False when its lease had ended (see the async backend's)."""
+        calls, retried = self._calls(policy), not self._wire.enabled
+        if not retried:
+            done = released(self._slot(MODE_RELEASE, calls.short_release(key, token)))
+            if done != -1:
+                return bool(done)
+        return released(self._slot(MODE_RELEASE, calls.release(key, token, "", retried))) == 1
 
     def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool:
-        """Renew a slot's lease; False when it had ended."""
-        return bool(self._slot(SLOT_EXTEND, key, policy, [token, ttl_ms]))
+        """Renew a slot's lease; False when it had ended (the semaphore's renewal)."""
+        calls = self._calls(policy)
+        held = self._slot(MODE_EXTEND, calls.short_extend(key, token, ttl_ms))
+        if held == -1:
+            held = self._slot(MODE_EXTEND, calls.extend(key, token, ttl_ms))
+        return bool(held)

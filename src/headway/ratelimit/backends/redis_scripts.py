@@ -6,8 +6,8 @@
 ``ratelimit/decide`` or ``ratelimit/lease``) with the library script and the fragments
 of just the algorithms the policies use, one ``Script`` per combination. ``Packing``
 keeps what the async Redis backend sends for one policy set (script, arguments, state
-keys) packed, so a decision on headway's connection packs nothing twice. The permit
-scripts (concurrency slots) are here too.
+keys) packed, so a decision on headway's connection packs nothing twice. Concurrency
+slots run the semaphore's scripts (``lock.backends.redis.mode_keys``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,6 @@ from headway.ratelimit.leasing import Leasing
 from headway.ratelimit.policies import Policy
 
 __all__ = [
-    "SLOT_ACQUIRE",
-    "SLOT_EXTEND",
-    "SLOT_RELEASE",
     "Packing",
     "decide_call",
     "decide_script",
@@ -36,10 +33,6 @@ __all__ = [
 
 _DECIDE: dict[tuple[bool, tuple[int, ...]], Script] = {}
 _LEASE: dict[tuple[int, ...], Script] = {}
-SLOT_ACQUIRE = Script("permits/acquire", include=("clock",))
-# Giving a slot back (or keeping it) must work on a Redis out of memory: ``allow_oom``.
-SLOT_RELEASE = Script("permits/release", include=("clock",), allow_oom=True)
-SLOT_EXTEND = Script("permits/extend", include=("clock",), allow_oom=True)
 
 
 def state_keys(key: str, policies: Sequence[Policy]) -> list[str]:

@@ -22,6 +22,7 @@ from headway.lock.backends.redis.mode_keys import (
     MODE_RELEASE,
     ModeCalls,
     handed,
+    released,
 )
 from headway.lock.contract import AsyncWaiter, SyncWaiter
 from headway.lock.driver import QueuedBackend, SyncQueuedBackend
@@ -77,7 +78,7 @@ class RedisModeBackend(QueuedBackend):
         retried = not self._backend._wires.direct()
         keys, args = self._calls.release(resource, token, self.node, retried)
         reply = await self._backend._call(MODE_RELEASE, keys, args, tell, always=True)
-        return bool(reply[0])
+        return released(reply) == 1
 
     async def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:
         keys, args = self._calls.extend(resource, token, ttl_ms)
@@ -119,7 +120,7 @@ class SyncRedisModeBackend(SyncQueuedBackend):
         channel = self._calls.keys(resource).channel
         for waiter, fence in handed(reply):
             self._backend._waker.hand(channel, waiter, fence)
-        return bool(reply[0])
+        return released(reply) == 1
 
     def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:
         keys, args = self._calls.extend(resource, token, ttl_ms)

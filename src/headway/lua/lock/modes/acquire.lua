@@ -16,17 +16,16 @@
 -- Returns {1, fence} when granted; {0, pttl_ms} when not, where pttl_ms is the shortest
 -- remaining lease, or 0 when nobody holds but an earlier waiter goes first.
 local now_us = server_now_us()
-local now_ms = math.floor(now_us / 1000)
 local k = mode_keys(KEYS)
 local token, ttl_ms, waiter = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local weight, cap = tonumber(ARGV[5]), tonumber(ARGV[6])
 
-local used, pruned = prune(k, now_ms)
-local mine = redis.call('HGET', k.held, token)
-if mine then
-  redis.call('ZADD', k.expiries, now_ms + ttl_ms, token)
-  keep_holders(k, ttl_ms)
-  return {1, tonumber(string.match(mine, ':(%d+)$'))}
+local used, pruned = prune(k, now_us)
+if redis.call('ZSCORE', k.holders, token) then
+  redis.call('ZADD', k.holders, us(now_us + ttl_ms * 1000), token)
+  local held = redis.call('HGET', k.held, token)
+  keep_holders(k, ttl_ms, held ~= false)
+  return {1, held and tonumber(string.match(held, ':(%d+)$')) or 0}
 end
 
 local queued = redis.call('EXISTS', k.queue) == 1
@@ -36,25 +35,27 @@ if queued then
   local now_used, _, own = grant_waiting(k, used, cap, now_us, ARGV[7], '', waiter)
   used = now_used
   if own then
-    settle(k, now_ms)
+    settle(k, now_us)
     return {1, own}
   end
   queued = redis.call('EXISTS', k.queue) == 1
 end
 if not queued and used + weight <= cap then
-  local fence = hold(k, token, weight, ttl_ms, now_us, used)
+  local fence = hold(k, token, weight, ttl_ms, now_us, true)
   if pruned == 0 and not touched then
-    keep_holders(k, ttl_ms)  -- the common case: a grant, nothing else changed
+    keep_holders(k, ttl_ms, true)  -- the common case: a grant, nothing else changed
   else
-    settle(k, now_ms)
+    settle(k, now_us)
   end
   return {1, fence}
 end
 
 if waiter ~= '' then
+  local now_ms = math.floor(now_us / 1000)
   redis.call('ZADD', k.queue, 'NX', now_us, waiter)
   redis.call('ZADD', k.places, now_ms + tonumber(ARGV[4]), waiter)
   redis.call('HSET', k.wants, waiter, weight, '#cap', cap)
 end
-settle(k, now_ms)
-return {0, soonest_ms(k, now_ms)}
+settle(k, now_us)
+local soonest = soonest_us(k, now_us)
+return {0, soonest > 0 and math.ceil(soonest / 1000) or 0}

@@ -8,17 +8,16 @@
 -- fits without it (or without its place ahead of them) is granted and told.
 -- Returns 1.
 local now_us = server_now_us()
-local now_ms = math.floor(now_us / 1000)
 local k = mode_keys(KEYS)
 local cap = tonumber(redis.call('HGET', k.wants, '#cap') or ARGV[3])
 redis.call('ZREM', k.queue, ARGV[1])
 redis.call('ZREM', k.places, ARGV[1])
 redis.call('HDEL', k.wants, ARGV[1])
-local used = prune(k, now_ms)
+local used = prune(k, now_us)
 local token = string.match(ARGV[1], '^(.+):%d+:.*$')
 if token then
   used = unhold(k, token, used) or used
 end
 grant_waiting(k, used, cap, now_us, ARGV[2], '', '')
-settle(k, now_ms)
+settle(k, now_us)
 return 1
