@@ -152,6 +152,18 @@ class PostgresLockBackend(SessionLockBackend[_Held]):
     def _key(self, resource: str) -> int:
         return advisory_key(resource)
 
+    async def waiting(self, resource: str) -> int:
+        """How many requests wait in the server's line for ``resource`` (from ``pg_locks``).
+
+        Args:
+            resource: The lock's name.
+        """
+        from headway.lock.backends.postgres_modes import waiting_sql  # it loads the SQL file
+
+        async with self.engine.connect() as conn:
+            params = {"key": self._key(resource), "gate_counts": False}
+            return int((await conn.execute(waiting_sql(), params)).scalar_one())
+
     async def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
         """Acquire ``resource`` (see ``LockBackend.acquire``); the server does the waiting."""
         ttl_ms = check_ttl(ttl)

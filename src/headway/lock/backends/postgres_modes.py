@@ -57,7 +57,7 @@ from headway.lock.contract import LockBackend
 from headway.lock.lease import Lease
 from headway.lock.modes import LockMode
 
-__all__ = ["TTL_CLASS", "family_key", "for_mode", "slot_class"]
+__all__ = ["TTL_CLASS", "family_key", "for_mode", "slot_class", "waiting_sql"]
 
 #: The class of the shared locks ``(TTL_CLASS, ttl_ms)`` by which permit holders show their TTL.
 TTL_CLASS = 0x68776179  # "hway"
@@ -72,6 +72,11 @@ def _queries() -> dict[str, TextClause]:
     source = (resources.files("headway") / "sql" / "lock_modes.sql").read_text("utf-8")
     parts = re.split(r"^-- name: (\w+)\n", source, flags=re.MULTILINE)
     return {name: text(body.strip()) for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def waiting_sql() -> TextClause:
+    """The statement counting the requests in a key's line (``lock_modes.sql``: waiting)."""
+    return _queries()["waiting"]
 
 
 def family_key(family: str, resource: str) -> int:
@@ -106,11 +111,6 @@ class _View(PostgresLockBackend):
     def __repr__(self) -> str:
         return f"<postgres lock backend, {self.mode.kind} mode>"
 
-    async def _count(self, key: int, gate_counts: bool) -> int:
-        async with self.engine.connect() as conn:
-            params = {"key": key, "gate_counts": gate_counts}
-            return int((await conn.execute(_queries()["waiting"], params)).scalar_one())
-
 
 class _ReadWriteView(_View):
     """Readers share the read-write key, writers hold it alone (the server queues both)."""
@@ -122,10 +122,6 @@ class _ReadWriteView(_View):
 
     def _key(self, resource: str) -> int:
         return family_key("rw", resource)
-
-    async def waiting(self, resource: str) -> int:
-        """How many requests wait in line for ``resource``'s read-write lock (``pg_locks``)."""
-        return await self._count(self._key(resource), False)
 
 
 @dataclass
@@ -160,7 +156,9 @@ class _PermitView(_View):
 
     async def waiting(self, resource: str) -> int:
         """How many requests wait in line for ``resource``'s permits, the head included."""
-        return await self._count(self._key(resource), True)
+        async with self.engine.connect() as conn:
+            params = {"key": self._key(resource), "gate_counts": True}
+            return int((await conn.execute(waiting_sql(), params)).scalar_one())
 
     async def _request(
         self, conn: AsyncConnection, resource: str, ttl_ms: int, wait: float
