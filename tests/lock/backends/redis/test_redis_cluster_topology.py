@@ -168,6 +168,11 @@ def replicated(redis_servers: RedisServers) -> Iterator[list[Server]]:
             redis_servers.stop(node)
 
 
+# Killing a primary resets sockets under redis-py's writes; on Python < 3.13.10 a write to
+# a peer-reset transport can leave redis-py's StreamWriter unclosed (CPython gh-136234,
+# redis-py pull 4288), and its ResourceWarning surfaces at garbage collection. It is the
+# client's socket, not a lock's state: this test asserts the lock's behaviour, not that.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_primary_killed_under_traffic(
     redis_servers: RedisServers, replicated: list[Server]
 ) -> None:
