@@ -59,6 +59,12 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.lock.decorator import LockDecorator, SyncLockDecorator, current_lease, locked
     from headway.lock.events import LockEvent, LockEventKind, LockHook
     from headway.lock.fencing import fenced_update, fenced_update_statement, fenced_update_sync
+    from headway.lock.introspection import (
+        Holder,
+        InspectableLockBackend,
+        LockState,
+        SyncInspectableLockBackend,
+    )
     from headway.lock.lease import Lease
     from headway.lock.lock import Lock, SyncLock
     from headway.lock.modes import LockMode
@@ -153,6 +159,12 @@ _MODULES: dict[str, tuple[str, ...]] = {
     ),
     "headway.lock.decorator": ("LockDecorator", "SyncLockDecorator", "current_lease", "locked"),
     "headway.lock.fencing": ("fenced_update", "fenced_update_statement", "fenced_update_sync"),
+    "headway.lock.introspection": (
+        "Holder",
+        "InspectableLockBackend",
+        "LockState",
+        "SyncInspectableLockBackend",
+    ),
     "headway.lock.lease": ("Lease",),
     "headway.lock.lock": ("Lock", "SyncLock"),
     "headway.lock.modes": ("LockMode",),
@@ -246,6 +258,7 @@ __all__ = [
     "ForgetOutcome",
     "Grant",
     "HeadwayError",
+    "Holder",
     "IdempotencyError",
     "IdempotencyEvent",
     "IdempotencyEventKind",
@@ -255,6 +268,7 @@ __all__ = [
     "IdempotencyMiddleware",
     "IdempotentDecorator",
     "Identity",
+    "InspectableLockBackend",
     "JsonSerializer",
     "LeakyBucket",
     "Lease",
@@ -272,6 +286,7 @@ __all__ = [
     "LockMode",
     "LockNotAcquired",
     "LockNotOwned",
+    "LockState",
     "MemoryLockBackend",
     "MemoryRateLimitBackend",
     "ModalLockBackend",
@@ -312,6 +327,7 @@ __all__ = [
     "Source",
     "SyncConcurrencyBackend",
     "SyncConcurrencyLimiter",
+    "SyncInspectableLockBackend",
     "SyncLeasingBackend",
     "SyncLock",
     "SyncLockBackend",

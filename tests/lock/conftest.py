@@ -43,6 +43,7 @@ CAPABILITIES = {
     "fifo": "waiters are granted the lock in the order they asked",
     "fair": "under steady contention every task gets a share (a releaser cannot cut in)",
     "short_ttl": "a lease of a fraction of a second runs out on time",
+    "inspect": "tells who holds a lock and how many wait (InspectableLockBackend)",
 }
 
 
@@ -167,14 +168,16 @@ def fast_zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeep
 
 
 _NO_QUEUE = "no queue of its own: the driver's primitives do not exist"
+_NO_INSPECT = {"inspect": "no inspect yet (issue 28: introspection on every backend)"}
 
 #: name -> entry. A new async backend is one entry here.
 LOCK_BACKENDS: dict[str, Entry] = {
     "memory": Entry(_memory),
-    "redis": Entry(_redis),
+    "redis": Entry(_redis, lacks=_NO_INSPECT),
     "redlock": Entry(
         _redlock,
-        lacks={
+        lacks=_NO_INSPECT
+        | {
             "queued": _NO_QUEUE + " (rounds of SET NX on every node)",
             "fifo": "no queue: a waiter retries after a random delay, whoever is first wins",
             "fair": "no queue: a releaser asks again at once while rivals sleep their delay",
@@ -184,14 +187,15 @@ LOCK_BACKENDS: dict[str, Entry] = {
         _postgres,
         # Its waiters queue in the server's lock manager, first come, first served: only
         # the tests that watch the driver's attempts cannot run over it.
-        lacks={"queued": _NO_QUEUE + " (the server's lock manager queues waiters)"},
+        lacks=_NO_INSPECT | {"queued": _NO_QUEUE + " (the server's lock manager queues waiters)"},
     ),
     "mysql": Entry(
         _mysql,
         # GET_LOCK waits in the server's metadata-lock queue: a release grants the oldest
         # waiter inside the server (measured FIFO in 50 of 50 trials on MariaDB 10.11,
         # pinned by test_waiters_are_granted_in_arrival_order), so fifo and fair hold.
-        lacks={
+        lacks=_NO_INSPECT
+        | {
             "queued": _NO_QUEUE + " (the server's GET_LOCK waits)",
             "short_ttl": "the TTL is the session's wait_timeout, in whole seconds: a 0.1 s "
             "lease is held on the server for 1 s",
@@ -199,14 +203,21 @@ LOCK_BACKENDS: dict[str, Entry] = {
     ),
     "etcd": Entry(
         _etcd,
-        lacks={
+        lacks=_NO_INSPECT
+        | {
             "short_ttl": "etcd counts lease TTLs in whole seconds, at least its minimum "
             "(2 s by default): a 0.1 s lease is held on the server for 2 s",
         },
     ),
-    "zookeeper": Entry(_zookeeper),
+    "zookeeper": Entry(_zookeeper, lacks=_NO_INSPECT),
     # LockBackend implemented directly from the contract's docstrings (toy_backend.py)
-    "toy": Entry(_toy, lacks={"queued": _NO_QUEUE + " (it implements LockBackend directly)"}),
+    "toy": Entry(
+        _toy,
+        lacks={
+            "queued": _NO_QUEUE + " (it implements LockBackend directly)",
+            "inspect": "the contract's minimum: acquire, release, extend",
+        },
+    ),
 }
 
 
@@ -262,10 +273,12 @@ def pytest_configure(config: pytest.Config) -> None:
 #: backends that are a ``ModalLockBackend``. A new one is one entry here.
 MODAL_BACKENDS: dict[str, Entry] = {
     "memory": Entry(_memory),
-    "redis": Entry(_redis),
-    "postgres": Entry(_postgres),
-    "zookeeper": Entry(_zookeeper),
-    "etcd": Entry(_etcd, lacks={"short_ttl": LOCK_BACKENDS["etcd"].lacks["short_ttl"]}),
+    "redis": Entry(_redis, lacks=_NO_INSPECT),
+    "postgres": Entry(_postgres, lacks=_NO_INSPECT),
+    "zookeeper": Entry(_zookeeper, lacks=_NO_INSPECT),
+    "etcd": Entry(
+        _etcd, lacks=_NO_INSPECT | {"short_ttl": LOCK_BACKENDS["etcd"].lacks["short_ttl"]}
+    ),
 }
 
 #: name -> entry, for ``SyncReadWriteLock`` and ``SyncSemaphore``.
