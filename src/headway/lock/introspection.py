@@ -11,7 +11,7 @@ releases the lock, so whoever can inspect must not learn it.
 The owner travels inside the lease token (``{hex(owner)}.{128 random bits}``), set for
 the duration of one acquire by ``owned_by``: every backend that stores tokens stores
 the owner with no change to its calls (docs/decisions/lock.md, "Owners ride in the
-token").
+lease token").
 """
 
 from __future__ import annotations
