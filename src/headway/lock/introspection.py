@@ -10,8 +10,8 @@ releases the lock, so whoever can inspect must not learn it.
 
 The owner travels inside the lease token (``{hex(owner)}.{128 random bits}``), set for
 the duration of one acquire by ``owned_by``: every backend that stores tokens stores
-the owner with no change to its calls (docs/decisions/lock.md, "Owners ride in the
-lease token").
+the owner with no change to its calls (docs/decisions/lock.md:
+"Owners ride in the lease token").
 """
 
 from __future__ import annotations
