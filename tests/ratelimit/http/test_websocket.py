@@ -21,6 +21,7 @@ from websockets.exceptions import InvalidStatus
 from headway import (
     ClientAddress,
     Concurrency,
+    FakeClock,
     FixedWindow,
     LimiterSettings,
     MemoryRateLimitBackend,
@@ -191,6 +192,21 @@ async def _admitted_soon(url: str) -> None:
             status = exc.response.status_code
         assert status == 429
         await anyio.sleep(0.02)
+
+
+async def test_a_connection_whose_slot_lease_is_lost_is_closed_with_1013() -> None:
+    recorder = Recorder()
+    clock = FakeClock()
+    rule = WebSocketRule({"conns": Concurrency(1, ttl=0.3)}, name="conns")
+    app = websocket_app(recorder, rules=[rule], backend=MemoryRateLimitBackend(clock=clock))
+    with anyio.fail_after(10):
+        async with serving(app) as url, client(url, "/push") as websocket:
+            clock.advance(60)  # the lease ends under the handler: its next renewal is refused
+            code = await closed_with(websocket)
+            async with client(url, "/push"):  # the slot is free again
+                recorder.release_push.set()
+    assert code == 1013
+    assert recorder.accepted == 2
 
 
 async def test_identities_have_their_own_budgets_and_a_header_is_not_one(
