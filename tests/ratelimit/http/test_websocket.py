@@ -125,20 +125,22 @@ async def test_waiting_messages_arrive_in_order_within_the_bound(
     messages = [f"m{i}" for i in range(8)]
     with anyio.fail_after(10):
         async with serving(app) as url, client(url) as websocket:
+            started = time.monotonic()
             assert await send_all(websocket, [*messages, "count"]) == 9
             answer = await websocket.recv()  # sent once all nine went through
+            elapsed = time.monotonic() - started
     assert answer == "9"
     assert recorder.received["-"] == [*messages, "count"]  # none lost, none reordered
     # Seven of them waited for a refill, 50 ms each: the limiter held them.
-    assert recorder.times[-1] - recorder.times[0] >= 7 * 0.05 * 0.9
+    assert elapsed >= 7 * 0.05 * 0.9
 
 
 async def test_a_message_that_cannot_be_admitted_in_time_closes_at_once(
     backend: RateLimitBackend,
 ) -> None:
     recorder = Recorder()
-    # A burst of 2, then one message every 10 s: the third cannot be admitted in 0.5 s.
-    rule = WebSocketRule(TokenBucket(2, 1, 10.0), over="wait", max_wait=0.5, name="slow")
+    # A burst of 2, then one message every 10 s: the third cannot be admitted in 2 s.
+    rule = WebSocketRule(TokenBucket(2, 1, 10.0), over="wait", max_wait=2.0, name="slow")
     app = websocket_app(recorder, rules=[rule], backend=backend)
     with anyio.fail_after(10):
         async with serving(app) as url, client(url) as websocket:
@@ -148,7 +150,7 @@ async def test_a_message_that_cannot_be_admitted_in_time_closes_at_once(
             elapsed = time.monotonic() - started
     assert code == 1008
     assert recorder.received["-"] == ["a", "b"]
-    assert elapsed < 0.5  # it did not wait out a bound it could not meet
+    assert elapsed < 1.5  # it did not wait out a bound it could not meet
 
 
 async def test_connections_per_identity_and_slots_freed_however_a_socket_closes(
@@ -220,12 +222,15 @@ async def test_identities_have_their_own_budgets_and_a_header_is_not_one(
         WebSocketRule(
             FixedWindow(3, NO_ROLLOVER),
             name="proxied",
-            routes=["/push"],
+            routes=["/trusted"],
             identity=ClientAddress(trusted_hops=1),
         ),
     ]
     app = websocket_app(recorder, rules=rules, backend=backend)
-    spoofed = {"x-forwarded-for": "203.0.113.9"}
+
+    def forwarded(address: str) -> dict[str, str]:
+        return {"x-forwarded-for": address}
+
     with anyio.fail_after(10):
         # uvicorn itself rewrites the peer from X-Forwarded-For when it comes from
         # 127.0.0.1 (``forwarded_allow_ips``); a server facing clients directly must not.
@@ -236,14 +241,22 @@ async def test_identities_have_their_own_budgets_and_a_header_is_not_one(
             async with client(url, name="two", source="127.0.0.2") as websocket:
                 await send_all(websocket, ["1", "2", "count"])
                 assert await websocket.recv() == "3"  # a budget of its own
-            async with client(url, name="spoof", headers=spoofed) as websocket:
+            async with client(url, name="spoof", headers=forwarded("203.0.113.9")) as websocket:
                 await send_all(websocket, ["1"])
                 assert await closed_with(websocket) == 1008  # the peer's budget is spent
-    assert recorder.received == {"one": ["1", "2", "3"], "two": ["1", "2", "count"], "spoof": []}
-    limiter = WebSocketRateLimitMiddleware(app, rules=rules, backend=backend).rules[1].bound
-    scope = {"type": "websocket", "client": ("127.0.0.1", 1), "headers": [(b"x-forwarded-for",
-             b"203.0.113.9")]}  # fmt: skip
-    assert await limiter.identify(scope) == "ip@203.0.113.9"  # the trusting key reads it
+            # Where the rule trusts the header, each address it names has a budget.
+            for name, address in [("a", "203.0.113.1"), ("b", "203.0.113.2")]:
+                headers = forwarded(address)
+                async with client(url, "/trusted", name=name, headers=headers) as websocket:
+                    await send_all(websocket, ["1", "2", "3", "4"])
+                    assert await closed_with(websocket) == 1008
+    assert recorder.received == {
+        "one": ["1", "2", "3"],
+        "two": ["1", "2", "count"],
+        "spoof": [],
+        "a": ["1", "2", "3"],
+        "b": ["1", "2", "3"],
+    }
 
 
 async def test_a_rule_failing_closed_closes_with_1013() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -20,7 +19,7 @@ from headway import WebSocketRateLimitMiddleware
 
 
 class Recorder:
-    """What the app saw: messages by client (``?c=`` in the URL), disconnect codes, times.
+    """What the app saw: messages by client (``?c=`` in the URL), connections, disconnects.
 
     ``ended`` holds each ``/ws`` handler's disconnect code as it ends: once a code is
     there, the middleware has relayed that disconnect, slots released first.
@@ -28,7 +27,6 @@ class Recorder:
 
     def __init__(self) -> None:
         self.received: dict[str, list[str | bytes]] = {}
-        self.times: list[float] = []  # monotonic time of each message received
         self.accepted = 0
         self.late: list[int] = []  # the code of the disconnect a send after the end raised
         self.ended: asyncio.Queue[int] = asyncio.Queue()
@@ -43,7 +41,6 @@ class Recorder:
         while (message := await websocket.receive())["type"] != "websocket.disconnect":
             data = message["text"] if message.get("text") is not None else message["bytes"]
             seen.append(data)
-            self.times.append(time.monotonic())
             if data == "count":
                 await websocket.send_text(str(len(seen)))
         try:
@@ -62,8 +59,13 @@ class Recorder:
 
 
 def websocket_app(recorder: Recorder, **options: Any) -> Starlette:
-    """``/ws`` echoes and records, ``/push`` never reads; behind the WebSocket middleware."""
-    routes = [WebSocketRoute("/ws", recorder.echo), WebSocketRoute("/push", recorder.push)]
+    """``/ws`` (and ``/trusted``) echo and record, ``/push`` never reads; behind the
+    WebSocket middleware."""
+    routes = [
+        WebSocketRoute("/ws", recorder.echo),
+        WebSocketRoute("/trusted", recorder.echo),
+        WebSocketRoute("/push", recorder.push),
+    ]
     middleware = [Middleware(WebSocketRateLimitMiddleware, **options)]
     return Starlette(routes=routes, middleware=middleware)
 

@@ -195,6 +195,7 @@ class _Connection:
         self.slots = slots
         self.queue: asyncio.Queue[Message | _Failed] = asyncio.Queue(maxsize=1)
         self.final: Message | None = None  # the disconnect, once relayed
+        self.failure: Exception | None = None  # what the server's receive raised
         self.sending = asyncio.Lock()
         self.accepted = False
         self.closed = False  # a close (or a denial response) was sent
@@ -246,10 +247,14 @@ class _Connection:
 
     async def receive(self) -> Message:
         """The next message the app may see."""
-        if self.final is not None and self.queue.empty():
-            return self.final  # every call after the disconnect
+        if self.queue.empty():  # every call after the end gets the end again
+            if self.final is not None:
+                return self.final
+            if self.failure is not None:
+                raise self.failure
         message = await self.queue.get()
         if isinstance(message, _Failed):
+            self.failure = message.error
             raise message.error
         return message
 
