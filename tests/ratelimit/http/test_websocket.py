@@ -31,6 +31,7 @@ from headway import (
     WebSocketRateLimitMiddleware,
     WebSocketRule,
 )
+from headway.ratelimit.http.rules import Limits
 from tests.ratelimit.http.server import serving
 from tests.ratelimit.http.websocket_apps import (
     Recorder,
@@ -80,9 +81,15 @@ def no_app_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     assert [e for e in errors if e != UVICORN_DENIAL_NOISE] == []
 
 
-async def test_messages_over_the_limit_never_reach_the_app(backend: RateLimitBackend) -> None:
+@pytest.mark.parametrize("relayed", [False, True], ids=["inline", "relayed"])
+async def test_messages_over_the_limit_never_reach_the_app(
+    backend: RateLimitBackend, relayed: bool
+) -> None:
     recorder = Recorder()
-    rule = WebSocketRule(FixedWindow(5, NO_ROLLOVER), name="msgs")
+    window = FixedWindow(5, NO_ROLLOVER)
+    # A connection holding a slot is relayed by a task; one without is charged inline.
+    policies: Limits = {"msgs": window, "conns": Concurrency(4)} if relayed else window
+    rule = WebSocketRule(policies, name="msgs")
     app = websocket_app(recorder, rules=[rule], backend=backend)
     messages = [f"m{i}" for i in range(20)]
     with anyio.fail_after(10):

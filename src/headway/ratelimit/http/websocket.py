@@ -2,10 +2,9 @@
 
 A handshake that a rule applies to takes the rules' concurrency slots (a refusal
 is the 429 denial response, or a close before accepting: the server's 403), then
-the app runs behind a ``_Connection``: a task relays the server's messages to
-the app through a queue of one, charging each ``websocket.receive`` on the way,
-so a message over the limit never reaches the app. HTTP and other scopes pass
-straight through.
+the app runs behind a ``_Connection``, which charges each ``websocket.receive``
+before handing it on, so a message over the limit never reaches the app. HTTP
+and other scopes pass straight through.
 """
 
 from __future__ import annotations
@@ -114,7 +113,9 @@ class WebSocketRateLimitMiddleware:
                 if refusal is not None:
                     await _deny(refusal, scope, receive, send)
                     return
-                connection = _Connection(receive, send, charges, slots)
+                # Slots must be freed when the client leaves, even if the app is not reading.
+                relay = any(rule.bound.concurrency is not None for rule, _ in charges)
+                connection = _Connection(receive, send, charges, slots, relay)
                 try:
                     await self.app(scope, connection.receive, connection.send)
                 finally:
@@ -133,7 +134,7 @@ class WebSocketRateLimitMiddleware:
         found = []
         for rule in self.rules:
             bound = rule.bound
-            if not bound.applies("GET", route, path):
+            if not bound.applies("GET", route, path):  # no methods: routes alone decide
                 continue
             identity = await bound.identify(scope)
             if identity is not None:
@@ -177,17 +178,24 @@ class _ClosedByRateLimit(OSError):
 class _Connection:
     """One connection's ``receive`` and ``send``, as the app sees them.
 
-    The relay (a task) reads the server's messages one at a time, charges each
-    received one, and hands it on through a queue of one: the app never lags
-    more than one message behind the relay, so nothing piles up in memory, a
-    waiting message holds back the ones after it, and the client's departure is
-    seen (and its slots freed) while the app is not reading, unless two messages
-    are already waiting for it. Sends are serialized with the relay's close, so
-    no send can follow it.
+    Each received message is charged before the app gets it (``_next``). A
+    connection holding concurrency slots must free them as soon as its client
+    leaves, even while the app is not reading (a push-only handler): there a
+    relay task reads the server's messages one at a time and hands them on
+    through a queue of one, so the app never lags more than one message behind,
+    nothing piles up in memory, and the departure is seen unless a message is
+    already waiting for the app. Without slots the app's own ``receive`` reads
+    and charges (no task, no hop). Sends are serialized with the limit's close,
+    so no send can follow it.
     """
 
     def __init__(
-        self, receive: Receive, send: Send, charges: Charges, slots: contextlib.AsyncExitStack
+        self,
+        receive: Receive,
+        send: Send,
+        charges: Charges,
+        slots: contextlib.AsyncExitStack,
+        relay: bool,
     ) -> None:
         self.server_receive = receive
         self.server_send = send
@@ -200,19 +208,24 @@ class _Connection:
         self.accepted = False
         self.closed = False  # a close (or a denial response) was sent
         self.limited = False  # ...by the rate limit
-        self.pump = asyncio.get_running_loop().create_task(self._relay())
+        self.pump: asyncio.Task[None] | None = None
+        if relay:
+            self.pump = asyncio.get_running_loop().create_task(self._relay())
+
+    async def _next(self) -> Message:
+        """The server's next message, charged: over a limit, the disconnect instead."""
+        message = await self.server_receive()
+        if message["type"] == "websocket.receive":
+            closing = await self._admit(message)
+            if closing is not None:
+                return await self._close(closing)
+        return message
 
     async def _relay(self) -> None:
         try:
             while True:
-                message = await self.server_receive()
-                kind = message["type"]
-                if kind == "websocket.receive":
-                    closing = await self._admit(message)
-                    if closing is not None:
-                        message = await self._close(closing)
-                        kind = message["type"]
-                if kind == "websocket.disconnect":
+                message = await self._next()
+                if message["type"] == "websocket.disconnect":
                     await self._release()
                     self.final = message
                 await self.queue.put(message)
@@ -247,6 +260,13 @@ class _Connection:
 
     async def receive(self) -> Message:
         """The next message the app may see."""
+        if self.pump is None:  # no relay: read and charge here
+            if self.final is None:
+                received = await self._next()
+                if received["type"] != "websocket.disconnect":
+                    return received
+                self.final = received
+            return self.final
         if self.queue.empty():  # every call after the end gets the end again
             if self.final is not None:
                 return self.final
@@ -278,6 +298,8 @@ class _Connection:
 
     async def stop(self) -> None:
         """Stop relaying (the app is done)."""
+        if self.pump is None:
+            return
         if not self.pump.done():
             self.pump.cancel()
         await asyncio.wait([self.pump])
