@@ -54,6 +54,18 @@ def test_nightly_job_on_redis(redis_url: str) -> None:
     assert out.count("skipped, another instance has it") == 6
 
 
+WEBSOCKET_CHAT = [
+    "polite client: 5 messages received by the app",
+    "flooding client: 15 received, then closed with 1008 (rate limited)",
+]
+
+
+def test_websocket_chat_in_memory() -> None:
+    # In memory only: tests/ratelimit/http/test_websocket.py runs the middleware on Redis,
+    # and a second run of this script would add ~2 s of imports and test nothing more.
+    assert run("websocket_chat.py", HEADWAY_REDIS_URL="").splitlines() == WEBSOCKET_CHAT
+
+
 async def create_table(url: str) -> None:
     engine = create_async_engine(url)
     async with engine.begin() as conn:

@@ -115,6 +115,8 @@ def test_all_is_pinned() -> None:
         "SyncRedisRateLimitBackend",
         "SyncSemaphore",
         "TokenBucket",
+        "WebSocketRateLimitMiddleware",
+        "WebSocketRule",
         "ZooKeeperLockBackend",
         "by_credentials",
         "current_lease",

@@ -101,6 +101,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.ratelimit.http.middleware import RateLimitMiddleware
     from headway.ratelimit.http.refusals import RefusalContext, RefusalHook
     from headway.ratelimit.http.rules import LimiterSettings, PolicyFunction, Rule
+    from headway.ratelimit.http.websocket import WebSocketRateLimitMiddleware
+    from headway.ratelimit.http.websocket_rules import WebSocketRule
     from headway.ratelimit.leasing import Leasing
     from headway.ratelimit.limiter import RateLimiter
     from headway.ratelimit.policies import (
@@ -197,6 +199,8 @@ _MODULES: dict[str, tuple[str, ...]] = {
     ),
     "headway.ratelimit.http.middleware": ("RateLimitMiddleware",),
     "headway.ratelimit.http.rules": ("LimiterSettings", "PolicyFunction", "Rule"),
+    "headway.ratelimit.http.websocket": ("WebSocketRateLimitMiddleware",),
+    "headway.ratelimit.http.websocket_rules": ("WebSocketRule",),
     "headway.ratelimit.leasing": ("Leasing",),
     "headway.ratelimit.limiter": ("RateLimiter",),
     "headway.ratelimit.sync_limiter": ("SyncRateLimiter",),
@@ -343,6 +347,8 @@ __all__ = [
     "SyncRedisRateLimitBackend",
     "SyncSemaphore",
     "TokenBucket",
+    "WebSocketRateLimitMiddleware",
+    "WebSocketRule",
     "ZooKeeperLockBackend",
     "by_credentials",
     "current_lease",

@@ -43,7 +43,8 @@ class RateLimitMiddleware:
 
     Rules decide on the route template, found in the app's router (Starlette,
     FastAPI; see ``route``). Other scopes than HTTP (and WebSocket, with
-    ``websocket``) pass through.
+    ``websocket``) pass through; the messages of a WebSocket connection are
+    ``WebSocketRateLimitMiddleware``'s.
 
     Args:
         app: The ASGI app behind the middleware.
