@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any
 
+import httpx
 import pytest
 from redis import asyncio as aioredis
 from starlette.applications import Starlette
@@ -32,8 +33,10 @@ from headway import (
     Rule,
     TokenBucket,
 )
+from headway._http import Message
 from headway.ratelimit.http.watch import BODY_LIMIT
 from tests.ratelimit.http.driven import ARRIVAL, Admissions, Client
+from tests.ratelimit.http.test_middleware_server import serving
 
 pytestmark = pytest.mark.anyio
 
@@ -249,3 +252,48 @@ def test_bad_waiting_options_fail_at_construction(
     rules = [Rule(TokenBucket(1, 1), name="api")]
     with pytest.raises(error, match=match):
         RateLimitMiddleware(app([]), rules=rules, **options)
+
+
+async def test_a_client_that_hangs_up_leaves_the_line_behind_uvicorn(
+    backend: RateLimitBackend,
+) -> None:
+    """Over a real server: b's client closes its connection while b waits; uvicorn tells the
+    middleware (``http.disconnect``), and c, queued behind b, takes b's turn."""
+    watched: dict[str, asyncio.Event] = {"/b": asyncio.Event(), "/c": asyncio.Event()}
+    admissions = Admissions()
+    calls: list[int] = []
+    middleware = RateLimitMiddleware(
+        app(calls), rules=[Rule(TokenBucket(1, 1, 0.3), name="api")], backend=backend,
+        max_wait=10, on_decision=admissions, route=lambda scope: "/items",
+    )  # fmt: skip
+
+    async def server_app(scope: Any, receive: Any, send: Any) -> None:
+        """Tells the test when the middleware listens for b's or c's disconnect."""
+        if scope["type"] != "http":
+            await middleware(scope, receive, send)
+            return
+        reads = 0
+
+        async def counted() -> Message:
+            nonlocal reads
+            reads += 1
+            if reads == 2 and scope["path"] in watched:  # the body is in: a watch listens
+                watched[scope["path"]].set()
+            return await receive()  # type: ignore[no-any-return]
+
+        await middleware({**scope, "path": "/items"}, counted, send)
+
+    async with serving(server_app) as url, httpx.AsyncClient(base_url=url) as http:
+        assert (await http.get("/a")).status_code == 200
+        b = asyncio.ensure_future(http.get("/b"))
+        await asyncio.wait_for(watched["/b"].wait(), 5)
+        c = asyncio.ensure_future(http.get("/c"))
+        await asyncio.wait_for(watched["/c"].wait(), 5)
+        b.cancel()  # httpx closes b's connection
+        assert (await asyncio.wait_for(c, 5)).status_code == 200
+    assert b.cancelled()
+    admitted = [t for _, o, t in admissions.events if o == "allowed"]
+    assert len(admissions.events) == len(admitted) == 2  # a and c; nothing for b
+    assert len(calls) == 2
+    assert admitted[1] - admitted[0] < 0.5  # b's turn (~0.3 s), not the next (~0.6 s)
+    assert_no_line_left(middleware)
