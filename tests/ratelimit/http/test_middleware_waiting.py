@@ -22,7 +22,8 @@ from redis import asyncio as aioredis
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
 
 from headway import (
     ClientAddress,
@@ -297,3 +298,37 @@ async def test_a_client_that_hangs_up_leaves_the_line_behind_uvicorn(
     assert len(calls) == 2
     assert admitted[1] - admitted[0] < 0.5  # b's turn (~0.3 s), not the next (~0.6 s)
     assert_no_line_left(middleware)
+
+
+async def test_a_websocket_handshake_waits_its_turn_too() -> None:
+    """The watch keeps ``websocket.connect`` while the handshake waits and the app gets it."""
+
+    async def hello(websocket: WebSocket) -> None:
+        await websocket.accept()
+        await websocket.close()
+
+    middleware = RateLimitMiddleware(
+        Starlette(routes=[WebSocketRoute("/ws", hello)]),
+        rules=[Rule(TokenBucket(1, 1, 0.1), name="api")], max_wait=5, websocket=True,
+    )  # fmt: skip
+    sent: list[list[str]] = [[], []]
+
+    async def handshake(n: int) -> None:
+        messages = [{"type": "websocket.connect"}]
+
+        async def receive() -> Message:
+            if messages:
+                return messages.pop()
+            await asyncio.Event().wait()  # the client stays
+            raise AssertionError
+
+        async def send(message: Message) -> None:
+            sent[n].append(message["type"])
+
+        scope = {**Client().scope("/ws"), "type": "websocket", "scheme": "ws"}
+        await middleware(scope, receive, send)
+
+    started = time.monotonic()
+    await asyncio.wait_for(asyncio.gather(handshake(0), handshake(1)), 5)
+    assert sent == [["websocket.accept", "websocket.close"]] * 2
+    assert time.monotonic() - started > 0.08  # the second waited for the refill
