@@ -28,7 +28,11 @@ from headway.ratelimit.arguments import check_seconds
 from headway.ratelimit.decision import Decision
 from headway.ratelimit.shell import retry_pause
 
-__all__ = ["ClientGone", "Decide", "Gone", "WaitLines", "check_waiting"]
+__all__ = ["DEFAULT_MAX_WAITING", "ClientGone", "Decide", "Gone", "WaitLines", "check_waiting"]
+
+#: How many requests may wait for admission at once, per guard (middleware, decorated
+#: endpoint, dependency): docs/decisions/ratelimit.md, "Waiting instead of refusing".
+DEFAULT_MAX_WAITING = 100
 
 #: One decision of the limiter for the waiting call (charging, as ``hit``).
 Decide = Callable[[], Awaitable[Decision]]

@@ -33,7 +33,7 @@ from starlette.responses import Response
 
 from headway._errors import LockLost
 from headway.ratelimit.backends.contract import RateLimitBackend
-from headway.ratelimit.http.guard import DEFAULT_MAX_WAITING, DecisionHook, Guard, Ruling
+from headway.ratelimit.http.guard import DecisionHook, Guard, Ruling
 from headway.ratelimit.http.headers import Refusal, slot_lost
 from headway.ratelimit.http.identity import Identity
 from headway.ratelimit.http.refusals import RefusalHook
@@ -49,7 +49,7 @@ from headway.ratelimit.http.rules import (
 )
 from headway.ratelimit.http.watch import decide_watching
 from headway.ratelimit.leasing import Leasing
-from headway.ratelimit.waiting import check_waiting
+from headway.ratelimit.waiting import DEFAULT_MAX_WAITING, check_waiting
 
 __all__ = ["RateLimitDecorator", "rate_limit"]
 

@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from headway.ratelimit.backends.contract import RateLimitBackend
-from headway.ratelimit.http.guard import DEFAULT_MAX_WAITING, DecisionHook, Guard
+from headway.ratelimit.http.guard import DecisionHook, Guard
 from headway.ratelimit.http.identity import Identity
 from headway.ratelimit.http.refusals import RefusalHook
 from headway.ratelimit.http.routes import routed_template
@@ -42,6 +42,7 @@ from headway.ratelimit.http.rules import (
 )
 from headway.ratelimit.http.watch import decide_watching
 from headway.ratelimit.leasing import Leasing
+from headway.ratelimit.waiting import DEFAULT_MAX_WAITING
 
 __all__ = ["RateLimitDependency", "RateLimitRefused"]
 

@@ -50,22 +50,11 @@ from headway.ratelimit.http.rules import (
     validated_patterns,
 )
 from headway.ratelimit.slots import Admission
-from headway.ratelimit.waiting import Gone, WaitLines, check_waiting
+from headway.ratelimit.waiting import DEFAULT_MAX_WAITING, Gone, WaitLines, check_waiting
 
-__all__ = [
-    "DEFAULT_MAX_WAITING",
-    "DecisionHook",
-    "DecisionOutcome",
-    "Guard",
-    "RateLimitEvent",
-    "Ruling",
-]
+__all__ = ["DecisionHook", "DecisionOutcome", "Guard", "RateLimitEvent", "Ruling"]
 
 log = logging.getLogger("headway.ratelimit")
-
-#: How many requests may wait for admission at once, per guard (middleware, decorated
-#: endpoint, dependency): docs/decisions/ratelimit.md, "Waiting instead of refusing".
-DEFAULT_MAX_WAITING = 100
 
 #: How one decision went, as ``counts`` and the hook's event name it.
 DecisionOutcome = Literal["allowed", "rejected", "errored"]
