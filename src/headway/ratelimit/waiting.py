@@ -9,7 +9,7 @@ member. A line exists only while someone is in it; an uncontended call is its ow
 line's head and decides at once.
 
 A member leaves with the latest refusal as soon as the head's next try falls past
-its deadline (it cannot be admitted in time), when its deadline passes, or, when it
+its deadline (behind the head, it cannot be admitted in time), when its deadline passes, or, when it
 was given a ``gone`` function, with ``ClientGone`` once its client leaves.
 ``max_waiting`` bounds the members that may wait; past it a newcomer only decides in
 its turn: it is refused at once if anyone ahead of it is refused.
@@ -161,10 +161,13 @@ class WaitLines:
             now = self.clock()
             pause = retry_pause(decision, me.deadline, now)
             line.last = decision
-            line.next_try = now + (decision.retry_after if pause is None else pause)
-            self._refuse_late(line, decision)
             if pause is None:
+                # This head gives up; the next asks at once, for its own cost (a refusal's
+                # ``retry_after`` is the time for this cost, which may be more than another's).
+                line.next_try = now
                 return decision
+            line.next_try = now + pause
+            self._refuse_late(line, decision)
 
     def _refuse_late(self, line: _Line, refusal: Decision) -> None:
         """Send away every member behind the head whose deadline is before its next try."""

@@ -221,8 +221,8 @@ async def test_a_waiting_request_keeps_its_whole_body() -> None:
 
 async def test_a_request_that_cannot_be_admitted_in_time_gets_the_usual_429() -> None:
     """``max_wait=0.15`` on one request every 0.1 s: the first passes, the second waits one
-    turn; when the third's turn comes (0.1 s) the next try is at 0.2 s, past its deadline
-    and the fourth's: both get the refusal then, not at their deadline."""
+    turn; when the third's turn comes (0.1 s) the next admission is at 0.2 s, past its
+    deadline, and so for the fourth: both get the refusal then, not at their deadline."""
     admissions = Admissions()
     middleware = RateLimitMiddleware(
         app([]), rules=[Rule(TokenBucket(1, 1, 0.1), name="api")], max_wait=0.15,
