@@ -10,13 +10,16 @@ the ``headers`` module: the header fields to add, or the whole refusal (429
 with problem+json, or 503 when a rule fails closed), and the concurrency
 slots the request holds. An ``on_refusal`` hook may reshape the refusal
 (``refusals``); a rule whose policies are a function of the request resolves
-them first (``dynamic``).
+them first (``dynamic``). With ``max_wait``, a refused request waits for
+admission in a line per key (``ratelimit/waiting.py``) before it is refused;
+only its last decision is counted and reported.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -47,6 +50,7 @@ from headway.ratelimit.http.rules import (
     validated_patterns,
 )
 from headway.ratelimit.slots import Admission
+from headway.ratelimit.waiting import DEFAULT_MAX_WAITING, Gone, WaitLines, check_waiting
 
 __all__ = ["DecisionHook", "DecisionOutcome", "Guard", "RateLimitEvent", "Ruling"]
 
@@ -151,6 +155,8 @@ class Guard:
 
     ``identity`` is the rules' default (the socket peer's address when None);
     ``exempt`` routes skip every rule; ``route`` finds a request's template.
+    ``max_wait`` (seconds) lets a refused request wait for admission, at most
+    ``max_waiting`` of them at once.
     """
 
     def __init__(
@@ -166,6 +172,8 @@ class Guard:
         legacy_headers: bool = False,
         limiter: LimiterSettings | None = None,
         on_refusal: RefusalHook | None = None,
+        max_wait: float = 0.0,
+        max_waiting: int = DEFAULT_MAX_WAITING,
     ) -> None:
         if isinstance(rules, Rule):
             raise TypeError("rules takes a list of Rule, not one Rule")
@@ -197,9 +205,20 @@ class Guard:
         self.counts: collections.Counter[tuple[str, DecisionOutcome]] = collections.Counter()
         clock = settings.clock or MonotonicClock()
         self.outages = {r.name: OutageLog(r.name, clock) for r in self.rules}
+        self.clock = clock
+        self.max_wait, max_waiting = check_waiting(max_wait, max_waiting)
+        #: Where refused requests wait for admission (``max_wait`` > 0), else None.
+        self.lines = WaitLines(clock, max_waiting) if self.max_wait > 0 else None
 
-    async def decide(self, scope: Scope, method: str) -> Ruling:
-        """Rule on one request (see the module docstring)."""
+    async def decide(self, scope: Scope, method: str, gone: Gone | None = None) -> Ruling:
+        """Rule on one request (see the module docstring).
+
+        With ``max_wait``, a request a rate policy refuses waits in its key's line
+        (``ratelimit/waiting.py``) until admitted or out of time; ``gone`` watches its
+        client, and raises ``ClientGone`` out of here when the client leaves.
+        """
+        lines = self.lines
+        deadline = 0.0 if lines is None else self.clock() + self.max_wait
         route = self.route(scope) if self.reads_route else None
         path: str = scope.get("path", "")
         if self.exempt and matches_any(self.exempt, route if route is not None else path):
@@ -227,7 +246,13 @@ class Guard:
             shadow = self.shadow or rule.shadow
             # ``decide``, not ``hit`` (which awaits it): one coroutine less per request.
             limiter = rule.limiter
-            rate = None if limiter is None else await limiter.decide(key, cost)
+            if limiter is None:
+                rate = None
+            elif lines is None or shadow:  # a shadow rule never refuses: nothing to wait for
+                rate = await limiter.decide(key, cost)
+            else:
+                hit = functools.partial(limiter.decide, key, cost)
+                rate = await lines.admit((limiter, key), hit, deadline, gone)
             held: Admission | None = None
             if rule.concurrency is not None and (rate is None or rate.allowed or shadow):
                 if slots is None:
