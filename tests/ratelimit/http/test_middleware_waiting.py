@@ -38,7 +38,7 @@ from headway import (
 from headway._http import Message
 from headway.ratelimit.http.watch import BODY_LIMIT
 from tests.ratelimit.http.driven import ARRIVAL, Admissions, Client
-from tests.ratelimit.http.test_middleware_server import serving
+from tests.ratelimit.http.server import serving
 
 pytestmark = pytest.mark.anyio
 
