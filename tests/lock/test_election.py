@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 
 import pytest
@@ -12,6 +13,7 @@ from headway import (
     Election,
     Leader,
     Leadership,
+    Lease,
     LockBackend,
     LockLost,
     LockNotAcquired,
@@ -107,6 +109,23 @@ async def test_a_lost_lease_cancels_the_leader(lock_backend: LockBackend) -> Non
     assert caught.value.resource == "jobs"
     async with election.campaign(timeout=0) as successor:
         assert successor.term > term.term
+
+
+class HandsOverLate(MemoryLockBackend):
+    """Grants leases whose deadline counts from an attempt a TTL ago, as a lease handed
+    over by another waiter does (Redis: the waiter's last refused attempt)."""
+
+    async def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
+        lease = await super().acquire(resource, ttl, timeout)
+        return dataclasses.replace(lease, deadline=lease.deadline - ttl)
+
+
+async def test_a_stale_handed_over_lease_is_renewed_before_leading() -> None:
+    election = Election(HandsOverLate(), "jobs", ttl=5)
+    async with asyncio.timeout(5), election.campaign() as term:
+        assert term.lease.remaining() > 4  # renewed: the block is not cancelled at once
+        await asyncio.sleep(0.05)
+    assert not term.resigned
 
 
 async def test_an_error_in_the_block_resigns_and_propagates(lock_backend: LockBackend) -> None:

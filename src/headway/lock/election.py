@@ -15,6 +15,7 @@ values and helpers both share live here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import re
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from headway._clock import Clock
-from headway._errors import LockNotAcquired
+from headway._errors import LockNotAcquired, LockNotOwned
 from headway.lock.contract import LockBackend
 from headway.lock.introspection import LockState, check_owner
 from headway.lock.lease import Lease, _finite_seconds
@@ -214,14 +215,21 @@ class Election:
 
     async def _elected(self, timeout: float) -> Lease:
         """Wait up to ``timeout`` s (``inf``: forever) for the election's lock."""
+        clock = self._lock.clock
+        end = clock() + timeout
         while True:
-            chunk = min(timeout, _WAIT_CHUNK)
             try:
-                return await self._lock.acquire(timeout=chunk)
+                lease = await self._lock.acquire(timeout=max(0.0, min(end - clock(), _WAIT_CHUNK)))
             except LockNotAcquired:
-                if timeout <= _WAIT_CHUNK:
+                if end - clock() <= 0:
                     raise
-                timeout -= chunk
+                continue
+            if lease.remaining(clock()) >= self._interval:
+                return lease
+            # A lease handed over by the waiter before us counts from our last refused
+            # attempt, perhaps a TTL ago: renew it before leading, or campaign again.
+            with contextlib.suppress(LockNotOwned):
+                return await self._lock.extend(lease)
 
 
 class Leadership:

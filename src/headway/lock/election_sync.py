@@ -130,14 +130,20 @@ class SyncElection:
             time.sleep(interval)
 
     def _elected(self, timeout: float) -> Lease:
+        end = time.monotonic() + timeout
         while True:
-            chunk = min(timeout, _WAIT_CHUNK)
             try:
-                return self._lock.acquire(timeout=chunk)
+                lease = self._lock.acquire(
+                    timeout=max(0.0, min(end - time.monotonic(), _WAIT_CHUNK))
+                )
             except LockNotAcquired:
-                if timeout <= _WAIT_CHUNK:
+                if end - time.monotonic() <= 0:
                     raise
-                timeout -= chunk
+                continue
+            if lease.remaining() >= self._interval:
+                return lease
+            with contextlib.suppress(LockNotOwned):  # a stale hand-over: as Election's
+                return self._lock.extend(lease)
 
 
 class SyncLeadership:
