@@ -235,6 +235,13 @@ class Election:
 class Leadership:
     """What ``Election.campaign()`` yields: this candidate leads while its block runs.
 
+    Made by ``campaign()``, not by hand.
+
+    Args:
+        identity: This candidate's identity.
+        renewal: The ``Renewal`` keeping the lease alive (and watching it).
+        scope: The block's cancel scope, which ``resign()`` ends.
+
     Attributes:
         identity: This candidate's identity.
         term: The term: the lease's fencing token, higher than every earlier leader's.

@@ -149,6 +149,14 @@ class SyncElection:
 class SyncLeadership:
     """What ``SyncElection.campaign()`` yields: this candidate leads while ``leading``.
 
+    Made by ``campaign()``, not by hand: it starts the thread that renews ``lease``.
+
+    Args:
+        identity: This candidate's identity.
+        lease: The lease just granted.
+        lock: The election's ``SyncLock``, to renew and release the lease.
+        interval: Seconds between renewals.
+
     Attributes:
         identity: This candidate's identity.
         term: The term: the lease's fencing token, higher than every earlier leader's.
