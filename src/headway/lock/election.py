@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from headway._clock import Clock
-from headway._errors import LockNotAcquired, LockNotOwned
+from headway._errors import BackendUnavailable, LockNotAcquired, LockNotOwned
 from headway.lock.contract import LockBackend
 from headway.lock.introspection import LockState, check_owner
 from headway.lock.lease import Lease, _finite_seconds
@@ -228,8 +228,14 @@ class Election:
                 return lease
             # A lease handed over by the waiter before us counts from our last refused
             # attempt, perhaps a TTL ago: renew it before leading, or campaign again.
-            with contextlib.suppress(LockNotOwned):
+            try:
                 return await self._lock.extend(lease)
+            except LockNotOwned:
+                continue
+            except BaseException:  # cancelled, or the store is down: do not strand it
+                with contextlib.suppress(LockNotOwned, BackendUnavailable):
+                    await self._lock.release(lease)
+                raise
 
 
 class Leadership:

@@ -142,8 +142,14 @@ class SyncElection:
                 continue
             if lease.remaining() >= self._interval:
                 return lease
-            with contextlib.suppress(LockNotOwned):  # a stale hand-over: as Election's
+            try:  # a stale hand-over: renewed before leading, as Election's
                 return self._lock.extend(lease)
+            except LockNotOwned:
+                continue
+            except BaseException:
+                with contextlib.suppress(LockNotOwned, BackendUnavailable):
+                    self._lock.release(lease)
+                raise
 
 
 class SyncLeadership:
