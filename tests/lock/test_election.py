@@ -145,7 +145,7 @@ async def test_leader_names_the_leader_and_its_term(lock_backend: LockBackend) -
     async with election.campaign() as term:
         leader = await bystander.leader()
         assert leader is not None
-        assert (leader.identity, leader.term) == ("worker-7:pid-3", term.term)
+        assert (leader.identity, leader.term) == (named(lock_backend, "worker-7:pid-3"), term.term)
         assert leader.expires_in is None or 0 < leader.expires_in <= 5
     assert await bystander.leader() is None
 
@@ -165,7 +165,7 @@ async def test_observe_reports_each_change_once(lock_backend: LockBackend) -> No
         async with asyncio.timeout(5):
             assert await seen.get() is None  # the state now, first
             async with a.campaign() as term_a:
-                assert _who(await seen.get()) == ("a", term_a.term)
+                assert _who(await seen.get()) == (named(lock_backend, "a"), term_a.term)
                 await asyncio.sleep(0.1)  # ten readings: no change, nothing reported
                 assert seen.empty()
             # a resigned; b may be elected before a reading sees nobody in between
@@ -173,10 +173,19 @@ async def test_observe_reports_each_change_once(lock_backend: LockBackend) -> No
                 changes = [_who(await seen.get())]
                 if changes == [None]:
                     changes.append(_who(await seen.get()))
-                assert changes[-1] == ("b", term_b.term)
+                assert changes[-1] == (named(lock_backend, "b"), term_b.term)
             assert await seen.get() is None
     finally:
         watcher.cancel()
+
+
+#: Backends whose store keeps no lease token, so no owner: a leader has no identity there.
+KEEP_NO_OWNER = {"postgres", "mysql"}
+
+
+def named(backend: LockBackend, identity: str) -> str | None:
+    """The identity ``leader()`` shows on ``backend`` for a candidate named ``identity``."""
+    return None if backend.name in KEEP_NO_OWNER else identity
 
 
 def _who(leader: Leader | None) -> tuple[str | None, int] | None:
