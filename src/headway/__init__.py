@@ -57,6 +57,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         SyncModalLockBackend,
     )
     from headway.lock.decorator import LockDecorator, SyncLockDecorator, current_lease, locked
+    from headway.lock.election import Election, Leader, Leadership
+    from headway.lock.election_sync import SyncElection, SyncLeadership
     from headway.lock.events import LockEvent, LockEventKind, LockHook
     from headway.lock.fencing import fenced_update, fenced_update_statement, fenced_update_sync
     from headway.lock.introspection import (
@@ -160,6 +162,8 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "SyncModalLockBackend",
     ),
     "headway.lock.decorator": ("LockDecorator", "SyncLockDecorator", "current_lease", "locked"),
+    "headway.lock.election": ("Election", "Leader", "Leadership"),
+    "headway.lock.election_sync": ("SyncElection", "SyncLeadership"),
     "headway.lock.fencing": ("fenced_update", "fenced_update_statement", "fenced_update_sync"),
     "headway.lock.introspection": (
         "Holder",
@@ -255,6 +259,7 @@ __all__ = [
     "DatabaseNotMigrated",
     "Decision",
     "DecisionHook",
+    "Election",
     "EtcdLockBackend",
     "FakeClock",
     "FingerprintFunction",
@@ -274,6 +279,8 @@ __all__ = [
     "Identity",
     "InspectableLockBackend",
     "JsonSerializer",
+    "Leader",
+    "Leadership",
     "LeakyBucket",
     "Lease",
     "Leasing",
@@ -331,7 +338,9 @@ __all__ = [
     "Source",
     "SyncConcurrencyBackend",
     "SyncConcurrencyLimiter",
+    "SyncElection",
     "SyncInspectableLockBackend",
+    "SyncLeadership",
     "SyncLeasingBackend",
     "SyncLock",
     "SyncLockBackend",
