@@ -173,7 +173,7 @@ _NO_INSPECT = {"inspect": "no inspect yet (issue 28: introspection on every back
 #: name -> entry. A new async backend is one entry here.
 LOCK_BACKENDS: dict[str, Entry] = {
     "memory": Entry(_memory),
-    "redis": Entry(_redis, lacks=_NO_INSPECT),
+    "redis": Entry(_redis),
     "redlock": Entry(
         _redlock,
         lacks=_NO_INSPECT
@@ -273,7 +273,7 @@ def pytest_configure(config: pytest.Config) -> None:
 #: backends that are a ``ModalLockBackend``. A new one is one entry here.
 MODAL_BACKENDS: dict[str, Entry] = {
     "memory": Entry(_memory),
-    "redis": Entry(_redis, lacks=_NO_INSPECT),
+    "redis": Entry(_redis),
     "postgres": Entry(_postgres, lacks=_NO_INSPECT),
     "zookeeper": Entry(_zookeeper, lacks=_NO_INSPECT),
     "etcd": Entry(
