@@ -44,6 +44,7 @@ CAPABILITIES = {
     "fair": "under steady contention every task gets a share (a releaser cannot cut in)",
     "short_ttl": "a lease of a fraction of a second runs out on time",
     "inspect": "tells who holds a lock and how many wait (InspectableLockBackend)",
+    "line": "keeps its waiters in a line that inspect counts (LockState.waiting)",
 }
 
 
@@ -176,9 +177,9 @@ LOCK_BACKENDS: dict[str, Entry] = {
     "redis": Entry(_redis),
     "redlock": Entry(
         _redlock,
-        lacks=_NO_INSPECT
-        | {
+        lacks={
             "queued": _NO_QUEUE + " (rounds of SET NX on every node)",
+            "line": "no queue: inspect's waiting is always 0",
             "fifo": "no queue: a waiter retries after a random delay, whoever is first wins",
             "fair": "no queue: a releaser asks again at once while rivals sleep their delay",
         },

@@ -50,7 +50,7 @@ async def test_the_holder_its_fence_time_left_and_owner(lock_backend: LockBacken
     assert not (await lock.inspect()).held
 
 
-@pytest.mark.needs("inspect")
+@pytest.mark.needs("inspect", "line")
 async def test_anonymous_holders_and_waiters_are_counted(lock_backend: LockBackend) -> None:
     lock = Lock(lock_backend, "busy", ttl=10, timeout=10)
     held = await lock.acquire()
@@ -144,7 +144,7 @@ def sync_queued(
     return future
 
 
-@pytest.mark.needs("inspect")
+@pytest.mark.needs("inspect", "line")
 def test_sync_holder_owner_and_waiters(
     sync_lock_backend: SyncLockBackend, pool: ThreadPoolExecutor
 ) -> None:
