@@ -24,7 +24,8 @@ async def test_the_majoritys_holder_is_reported(
         await client.set(owner, "rival", px=10_000)
     [holder] = (await lock.inspect()).holders
     assert (holder.fence, holder.owner) == (lease.fence, "node-a")
-    assert holder.expires_in is not None and 0 < holder.expires_in <= 10
+    assert holder.expires_in is not None
+    assert 0 < holder.expires_in <= 10
     # A third node tells of another: no token has a majority, so nobody holds the lock.
     await direct[2].set(owner, "another", px=10_000)
     assert not (await lock.inspect()).held
