@@ -171,7 +171,6 @@ def fast_zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeep
 
 _NO_QUEUE = "no queue of its own: the driver's primitives do not exist"
 _NO_OWNER = "a session's user-level lock keeps no token, and the session no label others read"
-_NO_INSPECT = {"inspect": "no inspect yet (issue 28: introspection on every backend)"}
 
 #: name -> entry. A new async backend is one entry here.
 LOCK_BACKENDS: dict[str, Entry] = {
@@ -206,13 +205,12 @@ LOCK_BACKENDS: dict[str, Entry] = {
     ),
     "etcd": Entry(
         _etcd,
-        lacks=_NO_INSPECT
-        | {
+        lacks={
             "short_ttl": "etcd counts lease TTLs in whole seconds, at least its minimum "
             "(2 s by default): a 0.1 s lease is held on the server for 2 s",
         },
     ),
-    "zookeeper": Entry(_zookeeper, lacks=_NO_INSPECT),
+    "zookeeper": Entry(_zookeeper),
     # LockBackend implemented directly from the contract's docstrings (toy_backend.py)
     "toy": Entry(
         _toy,
@@ -279,10 +277,8 @@ MODAL_BACKENDS: dict[str, Entry] = {
     "memory": Entry(_memory),
     "redis": Entry(_redis),
     "postgres": Entry(_postgres),
-    "zookeeper": Entry(_zookeeper, lacks=_NO_INSPECT),
-    "etcd": Entry(
-        _etcd, lacks=_NO_INSPECT | {"short_ttl": LOCK_BACKENDS["etcd"].lacks["short_ttl"]}
-    ),
+    "zookeeper": Entry(_zookeeper),
+    "etcd": Entry(_etcd, lacks={"short_ttl": LOCK_BACKENDS["etcd"].lacks["short_ttl"]}),
 }
 
 #: name -> entry, for ``SyncReadWriteLock`` and ``SyncSemaphore``.
