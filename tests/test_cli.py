@@ -84,7 +84,7 @@ def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
 
 
 def test_help_reads_as_plain_text(capsys: pytest.CaptureFixture[str]) -> None:
-    for argv in ([], ["demo"], ["migrate"], ["purge"], ["forget"]):
+    for argv in ([], ["demo"], ["migrate"], ["purge"], ["forget"], ["lock"], ["ratelimit"]):
         with pytest.raises(SystemExit) as exit_:
             main([*argv, "--help"])
         assert exit_.value.code == 0

@@ -44,6 +44,8 @@ CAPABILITIES = {
     "fair": "under steady contention every task gets a share (a releaser cannot cut in)",
     "short_ttl": "a lease of a fraction of a second runs out on time",
     "inspect": "tells who holds a lock and how many wait (InspectableLockBackend)",
+    "owner": "names each holder by its Lock's owner label (Holder.owner)",
+    "line": "keeps its waiters in a line that inspect counts (LockState.waiting)",
 }
 
 
@@ -168,17 +170,17 @@ def fast_zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeep
 
 
 _NO_QUEUE = "no queue of its own: the driver's primitives do not exist"
-_NO_INSPECT = {"inspect": "no inspect yet (issue 28: introspection on every backend)"}
+_NO_OWNER = "a session's user-level lock keeps no token, and the session no label others read"
 
 #: name -> entry. A new async backend is one entry here.
 LOCK_BACKENDS: dict[str, Entry] = {
     "memory": Entry(_memory),
-    "redis": Entry(_redis, lacks=_NO_INSPECT),
+    "redis": Entry(_redis),
     "redlock": Entry(
         _redlock,
-        lacks=_NO_INSPECT
-        | {
+        lacks={
             "queued": _NO_QUEUE + " (rounds of SET NX on every node)",
+            "line": "no queue: inspect's waiting is always 0",
             "fifo": "no queue: a waiter retries after a random delay, whoever is first wins",
             "fair": "no queue: a releaser asks again at once while rivals sleep their delay",
         },
@@ -187,29 +189,28 @@ LOCK_BACKENDS: dict[str, Entry] = {
         _postgres,
         # Its waiters queue in the server's lock manager, first come, first served: only
         # the tests that watch the driver's attempts cannot run over it.
-        lacks=_NO_INSPECT | {"queued": _NO_QUEUE + " (the server's lock manager queues waiters)"},
+        lacks={"queued": _NO_QUEUE + " (the server's lock manager queues waiters)"},
     ),
     "mysql": Entry(
         _mysql,
         # GET_LOCK waits in the server's metadata-lock queue: a release grants the oldest
         # waiter inside the server (measured FIFO in 50 of 50 trials on MariaDB 10.11,
         # pinned by test_waiters_are_granted_in_arrival_order), so fifo and fair hold.
-        lacks=_NO_INSPECT
-        | {
+        lacks={
             "queued": _NO_QUEUE + " (the server's GET_LOCK waits)",
+            "owner": _NO_OWNER,
             "short_ttl": "the TTL is the session's wait_timeout, in whole seconds: a 0.1 s "
             "lease is held on the server for 1 s",
         },
     ),
     "etcd": Entry(
         _etcd,
-        lacks=_NO_INSPECT
-        | {
+        lacks={
             "short_ttl": "etcd counts lease TTLs in whole seconds, at least its minimum "
             "(2 s by default): a 0.1 s lease is held on the server for 2 s",
         },
     ),
-    "zookeeper": Entry(_zookeeper, lacks=_NO_INSPECT),
+    "zookeeper": Entry(_zookeeper),
     # LockBackend implemented directly from the contract's docstrings (toy_backend.py)
     "toy": Entry(
         _toy,
@@ -256,6 +257,7 @@ SYNC_LOCK_BACKENDS: dict[str, Entry] = {
     "mysql": Entry(
         _sync_mysql,
         lacks={
+            "owner": _NO_OWNER,
             "short_ttl": "the TTL is the session's wait_timeout, in whole seconds: a 0.1 s "
             "lease is held on the server for 1 s",
         },
@@ -273,12 +275,10 @@ def pytest_configure(config: pytest.Config) -> None:
 #: backends that are a ``ModalLockBackend``. A new one is one entry here.
 MODAL_BACKENDS: dict[str, Entry] = {
     "memory": Entry(_memory),
-    "redis": Entry(_redis, lacks=_NO_INSPECT),
-    "postgres": Entry(_postgres, lacks=_NO_INSPECT),
-    "zookeeper": Entry(_zookeeper, lacks=_NO_INSPECT),
-    "etcd": Entry(
-        _etcd, lacks=_NO_INSPECT | {"short_ttl": LOCK_BACKENDS["etcd"].lacks["short_ttl"]}
-    ),
+    "redis": Entry(_redis),
+    "postgres": Entry(_postgres),
+    "zookeeper": Entry(_zookeeper),
+    "etcd": Entry(_etcd, lacks={"short_ttl": LOCK_BACKENDS["etcd"].lacks["short_ttl"]}),
 }
 
 #: name -> entry, for ``SyncReadWriteLock`` and ``SyncSemaphore``.

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+
 import pytest
 
-from headway import Lock, LockState, SyncLock
-from headway.lock.contract import LockBackend, ModalLockBackend
+from headway import Lease, Lock, LockState, SyncLock
+from headway.lock.contract import (
+    LockBackend,
+    ModalLockBackend,
+    SyncLockBackend,
+    SyncModalLockBackend,
+)
 from headway.lock.introspection import check_owner, owned_by, owner_of
 from headway.lock.lease import new_token
-from headway.lock.shared import ReadWriteLock, Semaphore
+from headway.lock.shared import ReadWriteLock, Semaphore, SyncReadWriteLock, SyncSemaphore
 from tests.lock.test_modes import queued
+from tests.lock.test_sync_modes import queued as queued_in_thread
 from tests.lock.toy_backend import ToyLockBackend
 
 pytestmark = pytest.mark.anyio
@@ -23,16 +33,12 @@ async def test_a_free_lock_has_no_holders(lock_backend: LockBackend) -> None:
 
 
 @pytest.mark.needs("inspect")
-async def test_the_holder_its_fence_time_left_and_owner(lock_backend: LockBackend) -> None:
+async def test_the_holder_its_fence_and_time_left(lock_backend: LockBackend) -> None:
     lock = Lock(lock_backend, "nightly-report", ttl=10, owner="worker-3:pid-41")
     lease = await lock.acquire()
     state = await lock.inspect()
     [holder] = state.holders
-    assert (holder.fence, holder.owner, holder.mode) == (
-        lease.fence,
-        "worker-3:pid-41",
-        "exclusive",
-    )
+    assert (holder.fence, holder.mode) == (lease.fence, "exclusive")
     assert holder.expires_in is None or 0 < holder.expires_in <= 10
     # The token releases the lock: whoever inspects must not learn it.
     assert lease.token.rpartition(".")[2] not in repr(state)
@@ -40,7 +46,18 @@ async def test_the_holder_its_fence_time_left_and_owner(lock_backend: LockBacken
     assert not (await lock.inspect()).held
 
 
-@pytest.mark.needs("inspect")
+@pytest.mark.needs("inspect", "owner")
+async def test_the_holder_is_named_by_its_owner(lock_backend: LockBackend) -> None:
+    lock = Lock(lock_backend, "nightly-report", ttl=10, owner="worker-3:pid-41")
+    anonymous = Lock(lock_backend, "other-report", ttl=10)
+    lease, other = await lock.acquire(), await anonymous.acquire()
+    assert [h.owner for h in (await lock.inspect()).holders] == ["worker-3:pid-41"]
+    assert [h.owner for h in (await anonymous.inspect()).holders] == [None]
+    await lock.release(lease)
+    await anonymous.release(other)
+
+
+@pytest.mark.needs("inspect", "line")
 async def test_anonymous_holders_and_waiters_are_counted(lock_backend: LockBackend) -> None:
     lock = Lock(lock_backend, "busy", ttl=10, timeout=10)
     held = await lock.acquire()
@@ -106,3 +123,81 @@ def test_owners_ride_in_tokens_and_nothing_else_parses_as_one() -> None:
     assert owner_of(new_token()) is None  # the context ended
     for foreign in ["zz.0123", "ab.", ".abc", "c3a9.00", "20.00", "a.b.c"]:
         assert owner_of(foreign) is None, foreign
+
+
+# -- the sync shells -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def pool() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(4) as executor:
+        yield executor
+
+
+def sync_queued(
+    pool: ThreadPoolExecutor, lock: SyncLock, start: Callable[[], Lease]
+) -> Future[Lease]:
+    """Start ``start()`` in a thread and return once its request holds a place in line."""
+    if hasattr(lock.backend, "_attempt"):
+        return queued_in_thread(pool, lock, start)
+    # A server that keeps the line itself (MySQL): the line is server state, polled.
+    before = lock.inspect().waiting
+    future = pool.submit(start)
+    deadline = time.monotonic() + 10
+    while lock.inspect().waiting <= before:
+        assert not future.done(), "the request was answered instead of queued"
+        assert time.monotonic() < deadline, "the request never queued"
+        time.sleep(0.005)
+    return future
+
+
+@pytest.mark.needs("inspect", "line")
+def test_sync_holder_owner_and_waiters(
+    sync_lock_backend: SyncLockBackend, pool: ThreadPoolExecutor
+) -> None:
+    lock = SyncLock(sync_lock_backend, "nightly", ttl=10, timeout=10, owner="cron-1")
+    assert lock.inspect() == LockState("nightly")
+    lease = lock.acquire()
+    waiter = sync_queued(pool, lock, lock.acquire)
+    state = lock.inspect()
+    [holder] = state.holders
+    assert (holder.fence, holder.mode) == (lease.fence, "exclusive")
+    assert holder.expires_in is None or 0 < holder.expires_in <= 10
+    assert state.waiting == 1
+    lock.release(lease)
+    lock.release(waiter.result(10))
+    assert lock.inspect() == LockState("nightly")
+
+
+@pytest.mark.needs("inspect", "owner")
+def test_sync_holder_is_named_by_its_owner(sync_lock_backend: SyncLockBackend) -> None:
+    lock = SyncLock(sync_lock_backend, "nightly", ttl=10, owner="cron-1")
+    lease = lock.acquire()
+    assert [h.owner for h in lock.inspect().holders] == ["cron-1"]
+    lock.release(lease)
+
+
+@pytest.mark.needs("inspect")
+def test_sync_readers_writer_and_permits(
+    sync_modal_backend: SyncModalLockBackend, pool: ThreadPoolExecutor
+) -> None:
+    rw = SyncReadWriteLock(sync_modal_backend, "doc", ttl=10, timeout=10, owner="reader")
+    readers = [rw.read.acquire(), rw.read.acquire()]
+    writer = sync_queued(pool, rw.write, rw.write.acquire)
+    state = rw.inspect()
+    assert [(h.fence, h.mode, h.owner) for h in state.holders] == [
+        (lease.fence, "read", "reader") for lease in sorted(readers, key=lambda r: r.fence)
+    ]
+    assert state.waiting == 1
+    for reader in readers:
+        rw.read.release(reader)
+    lease = writer.result(10)
+    assert [(h.fence, h.mode) for h in rw.inspect().holders] == [(lease.fence, "write")]
+    rw.write.release(lease)
+    semaphore = SyncSemaphore(sync_modal_backend, "pool", permits=2, ttl=10)
+    permits = [semaphore.acquire() for _ in range(2)]
+    assert sorted(h.fence for h in semaphore.inspect().holders) == sorted(p.fence for p in permits)
+    assert {h.mode for h in semaphore.inspect().holders} == {"permits"}
+    for permit in permits:
+        semaphore.release(permit)
+    assert not semaphore.inspect().held

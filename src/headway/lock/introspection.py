@@ -31,6 +31,7 @@ __all__ = [
     "LockState",
     "SyncInspectableLockBackend",
     "check_owner",
+    "current_owner",
     "owned_by",
     "owner_of",
 ]
@@ -142,6 +143,16 @@ def owned_by(owner: str | None) -> Iterator[None]:
         yield
     finally:
         OWNER_PREFIX.reset(reset)
+
+
+def current_owner() -> str | None:
+    """The owner of the acquire under way (set by ``owned_by``), or None.
+
+    For stores that keep no token but can show a label (PostgreSQL's
+    ``application_name``).
+    """
+    prefix = OWNER_PREFIX.get()
+    return owner_of(prefix + "0") if prefix else None
 
 
 def owner_of(token: str) -> str | None:
