@@ -21,6 +21,7 @@ from headway import (
 )
 from headway.lock.election import default_identity
 from headway.lock.introspection import check_owner
+from tests.lock.conftest import LOCK_BACKENDS
 from tests.lock.toy_backend import ToyLockBackend
 
 pytestmark = pytest.mark.anyio
@@ -179,8 +180,9 @@ async def test_observe_reports_each_change_once(lock_backend: LockBackend) -> No
         watcher.cancel()
 
 
-#: Backends whose store keeps no lease token, so no owner: a leader has no identity there.
-KEEP_NO_OWNER = {"postgres", "mysql"}
+#: Backends whose store keeps no owner (conftest's "owner" capability): a leader has no
+#: identity there.
+KEEP_NO_OWNER = {name for name, entry in LOCK_BACKENDS.items() if "owner" in entry.lacks}
 
 
 def named(backend: LockBackend, identity: str) -> str | None:

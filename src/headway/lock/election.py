@@ -45,7 +45,7 @@ class Leader:
 
     Attributes:
         identity: The leader's ``identity`` (its lock's owner label); None where the
-            backend keeps no owner (PostgreSQL and MySQL session locks).
+            backend keeps no owner (MySQL's session locks).
         term: The leader's term: its lease's fencing token, higher for every new leader.
         expires_in: Seconds until its lease runs out unrenewed; None where the backend
             cannot tell.
