@@ -55,6 +55,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         ModalLockBackend,
         SyncLockBackend,
         SyncModalLockBackend,
+        SyncWindowClaimBackend,
+        WindowClaimBackend,
     )
     from headway.lock.decorator import LockDecorator, SyncLockDecorator, current_lease, locked
     from headway.lock.events import LockEvent, LockEventKind, LockHook
@@ -150,6 +152,8 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "ModalLockBackend",
         "SyncLockBackend",
         "SyncModalLockBackend",
+        "SyncWindowClaimBackend",
+        "WindowClaimBackend",
     ),
     "headway.lock.decorator": ("LockDecorator", "SyncLockDecorator", "current_lease", "locked"),
     "headway.lock.fencing": ("fenced_update", "fenced_update_statement", "fenced_update_sync"),
@@ -326,7 +330,9 @@ __all__ = [
     "SyncRedisLockBackend",
     "SyncRedisRateLimitBackend",
     "SyncSemaphore",
+    "SyncWindowClaimBackend",
     "TokenBucket",
+    "WindowClaimBackend",
     "ZooKeeperLockBackend",
     "by_credentials",
     "current_lease",

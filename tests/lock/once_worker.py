@@ -85,8 +85,7 @@ async def run(
         async with engine.begin() as conn:
             await conn.execute(sa.insert(runs).values(window=window, instance=instance))
         ran.append(window)
-        # The first run of the kill window is SIGKILLed here, mid-run; where that frees
-        # the lock at once (a session-bound backend) a later caller may run it again.
+        # The first run of the kill window is SIGKILLed here, mid-run.
         if window == plan.kill_window and parent.ask("kill-me") == "die":
             await asyncio.sleep(60)
 
@@ -102,8 +101,8 @@ async def run(
             await asyncio.sleep(max(0.0, due - time.time()))
             outcome = await job(window)
             assert outcome is None or isinstance(outcome, Skipped)
-        # A scheduler lives on: closing the backend within at_least_for of a run would
-        # end a session-bound lease (PostgreSQL) and let a late caller run it again.
+        # A scheduler lives on: closing the backend within at_least_for of a run may end
+        # a lease that still keeps the window (etcd revokes its leases on close).
         end = float(base) + plan.windows * plan.period + plan.at_least_for
         await asyncio.sleep(max(0.0, end - time.time()))
     finally:

@@ -12,12 +12,16 @@ safe under cancellation. See "Add a lock backend" in ``docs/extending.md``.
 
 A backend that also offers read-write locks or semaphores is a ``ModalLockBackend``
 (``SyncModalLockBackend``): ``for_mode`` returns a backend for one ``LockMode``.
+
+A backend whose leases end with a session (PostgreSQL, MySQL) may also be a
+``WindowClaimBackend`` (``SyncWindowClaimBackend``): ``run_once`` then claims its
+windows in the store (a "locked until" row), so they outlive a runner that dies.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from headway.lock.flow import Attempt, Try
 from headway.lock.lease import Lease
@@ -32,6 +36,8 @@ __all__ = [
     "SyncModalLockBackend",
     "SyncQueuedPrimitives",
     "SyncWaiter",
+    "SyncWindowClaimBackend",
+    "WindowClaimBackend",
 ]
 
 
@@ -195,6 +201,89 @@ class SyncModalLockBackend(SyncLockBackend, Protocol):
 
         Args:
             mode: The mode; its kind is one of ``modes``.
+        """
+        ...
+
+
+@runtime_checkable
+class WindowClaimBackend(Protocol):
+    """A backend that claims ``run_once`` windows in its store, outliving the claimant.
+
+    ``run_once`` uses these methods instead of ``acquire`` / ``extend`` / ``release``
+    when its backend offers them: the store keeps, per job, until when its window is
+    held (ShedLock's "locked until"), on the store's own clock, so a claimant that dies
+    keeps the window for ``at_most_for`` and a process that exits keeps it for
+    ``at_least_for``. A backend whose leases already outlive their holder (a key with a
+    TTL) need not offer it.
+    """
+
+    async def claim_window(self, name: str, at_most_for: float) -> Lease | None:
+        """Claim job ``name``'s window for ``at_most_for`` s, or return None if it is held.
+
+        One atomic step that succeeds only if no claim of ``name`` holds the window at
+        the store's current time (the store's clock, not the caller's). The lease has a
+        fresh token, a fence above every earlier claim's of ``name``, ``ttl`` =
+        ``at_most_for``, and a deadline counted from before the claim was sent. A claim
+        whose caller is cancelled is ended (as by ``end_window`` with 0).
+
+        Args:
+            name: The job's name.
+            at_most_for: Seconds the window is held at most (> 0, at most a week).
+
+        Raises:
+            BackendUnavailable: The store cannot answer (then nothing ran; the window
+                may be held till ``at_most_for``).
+            ValueError: A bad ``at_most_for`` (``TypeError`` for a non-number).
+        """
+        ...
+
+    async def end_window(self, lease: Lease, at_least_for: float) -> bool:
+        """End the claim ``lease``: hold the window until ``at_least_for`` s after it was
+        claimed (store's clock), or free it now if that has passed.
+
+        Args:
+            lease: A lease ``claim_window`` returned.
+            at_least_for: Seconds after the claim the window stays held (>= 0).
+
+        Returns:
+            False if the claim no longer held the window (it ran past ``at_most_for``).
+
+        Raises:
+            BackendUnavailable: The store cannot answer (the window then stays held
+                until ``at_most_for`` after the claim).
+        """
+        ...
+
+
+@runtime_checkable
+class SyncWindowClaimBackend(Protocol):
+    """The synchronous counterpart of ``WindowClaimBackend``."""
+
+    def claim_window(self, name: str, at_most_for: float) -> Lease | None:
+        """As ``WindowClaimBackend.claim_window``, blocking.
+
+        Args:
+            name: The job's name.
+            at_most_for: Seconds the window is held at most (> 0, at most a week).
+
+        Raises:
+            BackendUnavailable: The store cannot answer.
+            ValueError: A bad ``at_most_for``.
+        """
+        ...
+
+    def end_window(self, lease: Lease, at_least_for: float) -> bool:
+        """As ``WindowClaimBackend.end_window``, blocking.
+
+        Args:
+            lease: A lease ``claim_window`` returned.
+            at_least_for: Seconds after the claim the window stays held (>= 0).
+
+        Returns:
+            False if the claim no longer held the window.
+
+        Raises:
+            BackendUnavailable: The store cannot answer.
         """
         ...
 
