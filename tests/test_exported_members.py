@@ -60,6 +60,7 @@ def test_all_is_pinned() -> None:
         "MemoryRateLimitBackend",
         "ModalLockBackend",
         "MonotonicClock",
+        "MultiAcquireBackend",
         "MultiLock",
         "MySQLLockBackend",
         "OpenTelemetryMetrics",

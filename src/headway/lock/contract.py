@@ -13,6 +13,9 @@ safe under cancellation. See "Add a lock backend" in ``docs/extending.md``.
 A backend that also offers read-write locks or semaphores is a ``ModalLockBackend``
 (``SyncModalLockBackend``): ``for_mode`` returns a backend for one ``LockMode``.
 
+A backend that can take several locks in one step (Redis, when their keys share a slot)
+may be a ``MultiAcquireBackend``: ``MultiLock`` then tries ``acquire_many`` first.
+
 A backend whose leases end with a session (PostgreSQL, MySQL) may also be a
 ``WindowClaimBackend`` (``SyncWindowClaimBackend``): ``run_once`` then claims its
 windows in the store (a "locked until" row), so they outlive a runner that dies.
@@ -21,6 +24,7 @@ windows in the store (a "locked until" row), so they outlive a runner that dies.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from headway.lock.flow import Attempt, Try
@@ -31,6 +35,7 @@ __all__ = [
     "AsyncWaiter",
     "LockBackend",
     "ModalLockBackend",
+    "MultiAcquireBackend",
     "QueuedPrimitives",
     "SyncLockBackend",
     "SyncModalLockBackend",
@@ -201,6 +206,56 @@ class SyncModalLockBackend(SyncLockBackend, Protocol):
 
         Args:
             mode: The mode; its kind is one of ``modes``.
+        """
+        ...
+
+
+@runtime_checkable
+class MultiAcquireBackend(Protocol):
+    """A backend that takes, and gives back, several of its locks in one step.
+
+    ``MultiLock`` tries ``acquire_many`` before taking its names one by one, and releases
+    with ``release_many``; each may answer None (not for these names), and ``MultiLock``
+    then goes one by one. The leases are the same as ``acquire``'s: ``release``,
+    ``extend`` and ``hold()`` treat them alike.
+    """
+
+    async def acquire_many(self, resources: Sequence[str], ttl: float) -> tuple[Lease, ...] | None:
+        """One attempt at every resource at once, all or nothing; no waiting, no queueing.
+
+        A resource is taken only as a single attempt (``acquire`` with ``timeout=0``) would
+        take it: free, and no waiter ahead (a backend with a queue never lets a caller cut
+        in). Each lease has its own token and a fence from its resource's own sequence. A
+        grant whose caller is cancelled is given back.
+
+        Args:
+            resources: Distinct names, in the caller's order (``MultiLock``: sorted).
+            ttl: Every lease's length in seconds (> 0, at most a week).
+
+        Returns:
+            The leases, in ``resources``' order; or None if this backend cannot take these
+            resources in one step (nothing was sent).
+
+        Raises:
+            LockNotAcquired: Some resource is held, or others wait for it (the error's
+                ``resource``: the first such); nothing is held.
+            BackendUnavailable: The store cannot answer; nothing is held.
+            ValueError: A bad ``ttl``.
+        """
+        ...
+
+    async def release_many(self, leases: Sequence[Lease]) -> list[bool] | None:
+        """Release every lease in one step (shielded from cancellation, as ``release``).
+
+        Args:
+            leases: Leases of distinct resources (``acquire_many``'s, or any).
+
+        Returns:
+            Per lease, in order, True if released, False if no longer held (untouched); or
+            None if this backend cannot release these in one step (nothing was sent).
+
+        Raises:
+            BackendUnavailable: The store cannot answer.
         """
         ...
 
