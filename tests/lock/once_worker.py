@@ -11,8 +11,8 @@ end each survivor sends ``done`` and the windows it ran.
 
 Usage: python -m tests.lock.once_worker BACKEND INSTANCES TABLE RESOURCE NAMESPACE
 PERIOD AT_MOST_FOR AT_LEAST_FOR WINDOWS KILL_WINDOW SOCKET, with
-HEADWAY_TEST_REDIS_URL / HEADWAY_TEST_DATABASE_URL (and for etcd HEADWAY_TEST_ETCD_URL)
-in the environment.
+HEADWAY_TEST_REDIS_URL / HEADWAY_TEST_DATABASE_URL (and for etcd HEADWAY_TEST_ETCD_URL,
+for mysql HEADWAY_TEST_MYSQL_URL) in the environment.
 """
 
 from __future__ import annotations
@@ -126,7 +126,9 @@ def work(args: list[str], instance: int, path: str) -> int:
 
 def main() -> None:
     args, path = sys.argv[1:11], sys.argv[11]
-    create_async_engine(os.environ["HEADWAY_TEST_DATABASE_URL"])  # load the dialect once
+    create_async_engine(os.environ["HEADWAY_TEST_DATABASE_URL"])  # load the dialects once
+    if args[0] == "mysql":
+        create_async_engine(os.environ["HEADWAY_TEST_MYSQL_URL"])
     pids = []
     for instance in range(int(args[1])):
         pid = os.fork()  # before any loop or thread exists
