@@ -6,7 +6,8 @@ run the job again. As ShedLock's JDBC provider does, these backends offer
 ``WindowClaimBackend`` instead: a row per job in ``headway_job_windows`` says until
 when its window is held (``locked_until``, ``locked_at``, ``locked_by``, ``fence``), and
 a claim is one statement that succeeds only if the row is missing or its
-``locked_until <= now``, *now* being the database's clock (never an instance's, so
+``locked_until <= now`` (MySQL, without ``RETURNING``: an update, then an insert only
+for a job's first claim), *now* being the database's clock (never an instance's, so
 skewed instances judge one window alike). A claim holds the window for
 ``at_most_for``; its end sets ``locked_until`` to ``max(locked_at + at_least_for,
 now)``. Nothing is held between the two: no session, no connection, so a runner that
@@ -16,8 +17,8 @@ dies keeps the window for ``at_most_for`` and a process that exits keeps it for
 The statements are named queries in ``headway/sql/job_windows.sql``; the table is
 created on a backend's first claim (``CREATE TABLE IF NOT EXISTS``: it needs the CREATE
 privilege, or the table made beforehand with that file's statement). A claim's
-statements run in one transaction of a pooled connection, bounded by the backend's
-``timeout``. Names longer than 255 bytes are kept as their first 180 bytes and a
+statements run on one pooled connection, in one transaction (but MySQL's insert, in one
+of its own: see ``claim_steps``), bounded by the backend's ``timeout``. Names longer than 255 bytes are kept as their first 180 bytes and a
 SHA-256 (``row_name``), so any name fits MySQL's key.
 
 The fence is the row's last fence + 1, floored by the database's clock in microseconds
@@ -32,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import logging
 import socket
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -47,8 +47,6 @@ from headway.lock.driver import run_to_end
 from headway.lock.lease import Lease, _finite_seconds, check_ttl, new_token
 
 __all__ = ["WINDOW_TABLE", "SyncWindowClaims", "WindowClaims", "holder", "row_name"]
-
-log = logging.getLogger("headway.lock")
 
 #: The table of job windows, in the engine's database.
 WINDOW_TABLE = "headway_job_windows"
