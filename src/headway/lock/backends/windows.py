@@ -18,8 +18,9 @@ The statements are named queries in ``headway/sql/job_windows.sql``; the table i
 created on a backend's first claim (``CREATE TABLE IF NOT EXISTS``: it needs the CREATE
 privilege, or the table made beforehand with that file's statement). A claim's
 statements run on one pooled connection, in one transaction (but MySQL's insert, in one
-of its own: see ``claim_steps``), bounded by the backend's ``timeout``. Names longer than 255 bytes are kept as their first 180 bytes and a
-SHA-256 (``row_name``), so any name fits MySQL's key.
+of its own: see ``claim_steps``), bounded by the backend's ``timeout``. Names longer
+than 255 bytes are kept as their first 180 bytes and a SHA-256 (``row_name``), so any
+name fits MySQL's key.
 
 The fence is the row's last fence + 1, floored by the database's clock in microseconds
 + 1: it rises per job across claims, and still rises if the row is deleted (while the
