@@ -2,7 +2,7 @@
 
 Four instances (``once_worker.py``) call one ``run_once`` job at the same scheduled
 moments, each with its clock offset by up to half of ``at_least_for`` (it calls that
-much later than the first), for 10 windows. Every run is logged in PostgreSQL. In
+much later than the first), for 9 windows. Every run is logged in PostgreSQL. In
 window ``KILL`` the runner is SIGKILLed mid-run. The log must show exactly one run in
 every window, except after the kill: no window runs until the dead runner's lease or
 claim ran out (``at_most_for``), and the first window after that runs. On Redis and etcd
@@ -34,7 +34,7 @@ from tests.lock.safety_harness import Crowd, Worker, drop_redis_keys, service_ur
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.redis, pytest.mark.postgres]
 
 INSTANCES = 4
-PERIOD, AT_LEAST_FOR, KILL = 1.5, 0.8, 6
+PERIOD, AT_LEAST_FOR, KILL = 1.5, 0.8, 5
 #: at_most_for per backend (etcd's leases are whole seconds), and how late after it a
 #: dead runner's lock is sure to be free (etcd revokes expired leases every 0.5 s).
 AT_MOST_FOR = {"redis": 2.5, "postgres": 2.5, "mysql": 2.5, "etcd": 2.0}

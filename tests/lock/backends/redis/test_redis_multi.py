@@ -133,7 +133,7 @@ async def test_a_cancelled_acquire_leaves_every_name_free(redis_client: aioredis
 async def test_crossed_orders_of_two_clients_exclude(redis_client: aioredis.Redis) -> None:
     # Two backends (as two processes): each takes {a, b} in one script when free, and
     # waits in the queues, one by one, when the other holds it.
-    names, rounds = _names(2), 500
+    names, rounds = _names(2), 250
     inside = overlaps = 0
     done = {"ab": 0, "ba": 0}
 
