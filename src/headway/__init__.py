@@ -53,8 +53,11 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.lock.contract import (
         LockBackend,
         ModalLockBackend,
+        MultiAcquireBackend,
         SyncLockBackend,
         SyncModalLockBackend,
+        SyncWindowClaimBackend,
+        WindowClaimBackend,
     )
     from headway.lock.decorator import LockDecorator, SyncLockDecorator, current_lease, locked
     from headway.lock.election import Election, Leader, Leadership
@@ -70,9 +73,10 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.lock.lease import Lease
     from headway.lock.lock import Lock, SyncLock
     from headway.lock.modes import LockMode
-    from headway.lock.multi import MultiLock, SyncMultiLock
+    from headway.lock.multi import MultiLock
     from headway.lock.once import RunOnceDecorator, Skipped, run_once
     from headway.lock.shared import ReadWriteLock, Semaphore, SyncReadWriteLock, SyncSemaphore
+    from headway.lock.sync_multi import SyncMultiLock
     from headway.metrics.otel import OpenTelemetryMetrics
     from headway.metrics.prometheus import PrometheusMetrics
     from headway.ratelimit.backends.contract import (
@@ -158,8 +162,11 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway.lock.contract": (
         "LockBackend",
         "ModalLockBackend",
+        "MultiAcquireBackend",
         "SyncLockBackend",
         "SyncModalLockBackend",
+        "SyncWindowClaimBackend",
+        "WindowClaimBackend",
     ),
     "headway.lock.decorator": ("LockDecorator", "SyncLockDecorator", "current_lease", "locked"),
     "headway.lock.election": ("Election", "Leader", "Leadership"),
@@ -174,9 +181,10 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway.lock.lease": ("Lease",),
     "headway.lock.lock": ("Lock", "SyncLock"),
     "headway.lock.modes": ("LockMode",),
-    "headway.lock.multi": ("MultiLock", "SyncMultiLock"),
+    "headway.lock.multi": ("MultiLock",),
     "headway.lock.once": ("RunOnceDecorator", "Skipped", "run_once"),
     "headway.lock.shared": ("ReadWriteLock", "Semaphore", "SyncReadWriteLock", "SyncSemaphore"),
+    "headway.lock.sync_multi": ("SyncMultiLock",),
     "headway.ratelimit.backends.contract": (
         "ConcurrencyBackend",
         "LeasingBackend",
@@ -302,6 +310,7 @@ __all__ = [
     "MemoryRateLimitBackend",
     "ModalLockBackend",
     "MonotonicClock",
+    "MultiAcquireBackend",
     "MultiLock",
     "MySQLLockBackend",
     "OpenTelemetryMetrics",
@@ -355,9 +364,11 @@ __all__ = [
     "SyncRedisLockBackend",
     "SyncRedisRateLimitBackend",
     "SyncSemaphore",
+    "SyncWindowClaimBackend",
     "TokenBucket",
     "WebSocketRateLimitMiddleware",
     "WebSocketRule",
+    "WindowClaimBackend",
     "ZooKeeperLockBackend",
     "by_credentials",
     "current_lease",

@@ -33,3 +33,14 @@ def tagged(kind: str, identifier: str, *parts: str) -> list[str]:
     """Keys ``headway:{<kind>:<segment>}:<part>``, one per part, sharing one hash tag."""
     base = tag_base(kind, identifier)
     return [base + part for part in parts]
+
+
+def hash_tag(identifier: str) -> str | None:
+    """The Redis Cluster hash tag a user wrote into ``identifier``, by Redis's own rule:
+    the text between its first ``{`` and the first ``}`` after it, if not empty; else None.
+    """
+    start = identifier.find("{")
+    if start < 0:
+        return None
+    end = identifier.find("}", start + 1)
+    return identifier[start + 1 : end] if end > start + 1 else None

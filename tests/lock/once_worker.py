@@ -11,8 +11,8 @@ end each survivor sends ``done`` and the windows it ran.
 
 Usage: python -m tests.lock.once_worker BACKEND INSTANCES TABLE RESOURCE NAMESPACE
 PERIOD AT_MOST_FOR AT_LEAST_FOR WINDOWS KILL_WINDOW SOCKET, with
-HEADWAY_TEST_REDIS_URL / HEADWAY_TEST_DATABASE_URL (and for etcd HEADWAY_TEST_ETCD_URL)
-in the environment.
+HEADWAY_TEST_REDIS_URL / HEADWAY_TEST_DATABASE_URL (and for etcd HEADWAY_TEST_ETCD_URL,
+for mysql HEADWAY_TEST_MYSQL_URL) in the environment.
 """
 
 from __future__ import annotations
@@ -85,8 +85,7 @@ async def run(
         async with engine.begin() as conn:
             await conn.execute(sa.insert(runs).values(window=window, instance=instance))
         ran.append(window)
-        # The first run of the kill window is SIGKILLed here, mid-run; where that frees
-        # the lock at once (a session-bound backend) a later caller may run it again.
+        # The first run of the kill window is SIGKILLed here, mid-run.
         if window == plan.kill_window and parent.ask("kill-me") == "die":
             await asyncio.sleep(60)
 
@@ -102,8 +101,8 @@ async def run(
             await asyncio.sleep(max(0.0, due - time.time()))
             outcome = await job(window)
             assert outcome is None or isinstance(outcome, Skipped)
-        # A scheduler lives on: closing the backend within at_least_for of a run would
-        # end a session-bound lease (PostgreSQL) and let a late caller run it again.
+        # A scheduler lives on: closing the backend within at_least_for of a run may end
+        # a lease that still keeps the window (etcd revokes its leases on close).
         end = float(base) + plan.windows * plan.period + plan.at_least_for
         await asyncio.sleep(max(0.0, end - time.time()))
     finally:
@@ -127,7 +126,9 @@ def work(args: list[str], instance: int, path: str) -> int:
 
 def main() -> None:
     args, path = sys.argv[1:11], sys.argv[11]
-    create_async_engine(os.environ["HEADWAY_TEST_DATABASE_URL"])  # load the dialect once
+    create_async_engine(os.environ["HEADWAY_TEST_DATABASE_URL"])  # load the dialects once
+    if args[0] == "mysql":
+        create_async_engine(os.environ["HEADWAY_TEST_MYSQL_URL"])
     pids = []
     for instance in range(int(args[1])):
         pid = os.fork()  # before any loop or thread exists

@@ -18,6 +18,13 @@ body took no time and the instances' clocks or schedules differ by up to that mu
 time is counted on the lease's own monotonic deadline (the backend keeps the lease for
 its ``ttl`` on its own clock), never on a wall clock. An ``at_least_for`` already spent
 releases the lease at once.
+
+A backend whose leases end with their session (PostgreSQL, MySQL) would free a dead
+runner's window at once; it offers ``WindowClaimBackend`` instead, and ``run_once``
+then claims the window in the store (``claim_window``: a "locked until" row, on the
+store's clock) and ends the claim after the body (``end_window``: held until
+``at_least_for`` after the claim), with nothing held in between: ShedLock's JDBC
+provider.
 """
 
 from __future__ import annotations
@@ -34,7 +41,12 @@ from typing import Any, ParamSpec, Protocol, TypeVar, cast, overload
 
 from headway._clock import Clock, MonotonicClock
 from headway._errors import BackendUnavailable, LockLost, LockNotAcquired, LockNotOwned
-from headway.lock.contract import LockBackend, SyncLockBackend
+from headway.lock.contract import (
+    LockBackend,
+    SyncLockBackend,
+    SyncWindowClaimBackend,
+    WindowClaimBackend,
+)
 from headway.lock.lease import Lease, _finite_seconds, check_ttl
 
 __all__ = ["RunOnceDecorator", "Skipped", "run_once"]
@@ -166,6 +178,8 @@ class _Once:
         self.at_most_for = float(at_most_for)
         self.at_least_for = least
         self.clock = clock
+        #: Whether the backend claims windows in its store (``WindowClaimBackend``).
+        self.claims = isinstance(backend, WindowClaimBackend | SyncWindowClaimBackend)
         #: Releases waiting for ``at_least_for`` to pass (kept so they are not collected).
         self._pending: set[asyncio.Task[None]] = set()
 
@@ -175,9 +189,8 @@ class _Once:
 
     async def run(self, call: Callable[[], Awaitable[R]]) -> R | Skipped:
         backend = cast(LockBackend, self.backend)
-        try:
-            lease = await backend.acquire(self.name, self.at_most_for, 0)
-        except LockNotAcquired:
+        lease = await self._take(backend)
+        if lease is None:
             log.debug("job %r skipped: another instance has this window", self.name)
             return Skipped(self.name)
         try:
@@ -188,7 +201,27 @@ class _Once:
                 raise self._overran() from exc
             raise
         finally:
-            await self._keep(backend, lease)
+            if self.claims:
+                await self._end_claim(cast(WindowClaimBackend, backend), lease)
+            else:
+                await self._keep(backend, lease)
+
+    async def _take(self, backend: LockBackend) -> Lease | None:
+        if self.claims:
+            return await cast(WindowClaimBackend, backend).claim_window(self.name, self.at_most_for)
+        try:
+            return await backend.acquire(self.name, self.at_most_for, 0)
+        except LockNotAcquired:
+            return None
+
+    async def _end_claim(self, backend: WindowClaimBackend, lease: Lease) -> None:
+        try:
+            held = await backend.end_window(lease, self.at_least_for)
+        except BackendUnavailable as exc:  # the window is kept longer: till at_most_for
+            log.warning("job %r: ending its window failed: %s", self.name, exc)
+            return
+        if not held:
+            log.warning("job %r: its window ran out before the body ended", self.name)
 
     async def _keep(self, backend: LockBackend, lease: Lease) -> None:
         keep = self._keep_for(lease)
@@ -217,19 +250,39 @@ class _Once:
 
     def run_sync(self, call: Callable[[], R]) -> R | Skipped:
         backend = cast(SyncLockBackend, self.backend)
-        try:
-            lease = backend.acquire(self.name, self.at_most_for, 0)
-        except LockNotAcquired:
+        lease = self._take_sync(backend)
+        if lease is None:
             log.debug("job %r skipped: another instance has this window", self.name)
             return Skipped(self.name)
         try:
             result = call()
         finally:
             overran = self.clock() >= lease.deadline
-            self._keep_sync(backend, lease)
+            if self.claims:
+                self._end_claim_sync(cast(SyncWindowClaimBackend, backend), lease)
+            else:
+                self._keep_sync(backend, lease)
         if overran:
             raise self._overran()
         return result
+
+    def _take_sync(self, backend: SyncLockBackend) -> Lease | None:
+        if self.claims:
+            claims = cast(SyncWindowClaimBackend, backend)
+            return claims.claim_window(self.name, self.at_most_for)
+        try:
+            return backend.acquire(self.name, self.at_most_for, 0)
+        except LockNotAcquired:
+            return None
+
+    def _end_claim_sync(self, backend: SyncWindowClaimBackend, lease: Lease) -> None:
+        try:
+            held = backend.end_window(lease, self.at_least_for)
+        except BackendUnavailable as exc:
+            log.warning("job %r: ending its window failed: %s", self.name, exc)
+            return
+        if not held:
+            log.warning("job %r: its window ran out before the body ended", self.name)
 
     def _keep_sync(self, backend: SyncLockBackend, lease: Lease) -> None:
         keep = self._keep_for(lease)

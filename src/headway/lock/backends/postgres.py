@@ -59,6 +59,7 @@ from headway.lock.backends.postgres_inspect import Target, read_state, session_l
 from headway.lock.backends.sql_session import Held as _Held
 from headway.lock.backends.sql_session import SessionLockBackend
 from headway.lock.backends.sql_session import discard as _discard
+from headway.lock.backends.windows import WindowClaims
 from headway.lock.contract import LockBackend
 from headway.lock.driver import run_to_end
 from headway.lock.introspection import HolderMode, LockState
@@ -118,8 +119,12 @@ async def _close(conn: AsyncConnection) -> None:
     await conn.close()
 
 
-class PostgresLockBackend(SessionLockBackend[_Held]):
+class PostgresLockBackend(WindowClaims, SessionLockBackend[_Held]):
     """Locks held as PostgreSQL transaction-level advisory locks (see the module doc).
+
+    ``run_once`` windows are claimed in a table instead (``WindowClaimBackend``:
+    ``claim_window`` and ``end_window``, see ``headway.lock.backends.windows``), so they
+    outlive a runner that dies.
 
     Args:
         engine: An async SQLAlchemy engine on PostgreSQL (``postgresql+asyncpg``).

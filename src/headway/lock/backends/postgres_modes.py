@@ -40,20 +40,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from typing import Any
 
-from sqlalchemy import TextClause, text
+from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from headway.lock.backends.postgres import PostgresLockBackend, _ms
 from headway.lock.backends.postgres_inspect import Target, session_label
 from headway.lock.backends.sql_session import Held as _Held
 from headway.lock.backends.sql_session import discard as _discard
+from headway.lock.backends.sql_session import named_queries
 from headway.lock.contract import LockBackend
 from headway.lock.lease import Lease
 from headway.lock.modes import LockMode
@@ -68,12 +66,9 @@ _INT4 = (1 << 31) - 1
 _OVERDUE_S = 0.005
 
 
-@cache
 def queries() -> dict[str, TextClause]:
     """The named queries of ``headway/sql/lock_modes.sql``, by name."""
-    source = (resources.files("headway") / "sql" / "lock_modes.sql").read_text("utf-8")
-    parts = re.split(r"^-- name: (\w+)\n", source, flags=re.MULTILINE)
-    return {name: text(body.strip()) for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    return named_queries("lock_modes.sql")
 
 
 def waiting_sql() -> TextClause:

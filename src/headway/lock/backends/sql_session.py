@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
 from typing import Any, ClassVar, Generic, TypeVar
 
-from sqlalchemy import TextClause
+from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from headway._clock import Clock
@@ -30,6 +33,14 @@ from headway.lock.lease import Lease, check_ttl
 __all__: list[str] = []
 
 T = TypeVar("T")
+
+
+@cache
+def named_queries(file: str) -> dict[str, TextClause]:
+    """The named queries of ``headway/sql/<file>``: each "-- name: NAME" line starts one."""
+    source = (resources.files("headway") / "sql" / file).read_text("utf-8")
+    parts = re.split(r"^-- name: (\w+)\n", source, flags=re.MULTILINE)
+    return {name: text(body.strip()) for name, body in zip(parts[1::2], parts[2::2], strict=True)}
 
 
 @dataclass

@@ -1,6 +1,6 @@
 -- Acquire a lock lease, first come first served.
--- Includes clock.lua (server_now_us) and lock/handoff.lua (next_fence, enqueue,
--- keep_queue, hand_off), loaded before it.
+-- Includes clock.lua (server_now_us) and lock/handoff.lua (first_waiter, next_fence,
+-- enqueue, keep_queue, hand_off), loaded before it.
 -- KEYS[1] owner  string: token of the current holder, expiring with the lease (PX)
 -- KEYS[2] fence  integer: the last fencing token handed out for this resource
 -- KEYS[3] queue  zset: waiter id -> arrival time (us); the lowest score goes next
@@ -26,18 +26,7 @@ if holder == ARGV[1] then
   return {1, tonumber(redis.call('GET', KEYS[2]))}
 end
 
-local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-if head then
-  -- Waiters that stopped renewing their place (dead, cancelled, gave up) lose it.
-  local void = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms)
-  if #void > 0 then
-    for i = 1, #void do
-      redis.call('ZREM', KEYS[3], void[i])
-    end
-    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now_ms)
-    head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  end
-end
+local head = first_waiter(KEYS[3], KEYS[4], now_ms)
 
 local pttl = -2
 if holder then

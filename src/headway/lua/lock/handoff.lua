@@ -1,5 +1,6 @@
 -- Shared functions of the lock scripts, included (prepended) by lock/acquire.lua,
--- lock/release.lua and lock/leave.lua; never run alone. No KEYS or ARGV of its own:
+-- lock/release.lua, lock/leave.lua, lock/acquire_many.lua and lock/release_many.lua;
+-- never run alone. No KEYS or ARGV of its own:
 -- each function takes the keys and values it needs. Needs clock.lua (server_now_us),
 -- included before it.
 -- A waiter id is "<token>:<ttl_ms>:<node>": the lease token it will hold, the TTL it
@@ -35,6 +36,23 @@ end
 local function enqueue(queue, places, waiter, score, now_ms, place_ms)
   redis.call('ZADD', queue, 'NX', score, waiter)
   redis.call('ZADD', places, now_ms + place_ms, waiter)
+end
+
+-- The first waiter in `queue` whose place is still valid at `now_ms`, or nil; waiters
+-- that stopped renewing their place (dead, cancelled, gave up) lose it on the way.
+local function first_waiter(queue, places, now_ms)
+  local head = redis.call('ZRANGE', queue, 0, 0)[1]
+  if head then
+    local void = redis.call('ZRANGEBYSCORE', places, '-inf', now_ms)
+    if #void > 0 then
+      for i = 1, #void do
+        redis.call('ZREM', queue, void[i])
+      end
+      redis.call('ZREMRANGEBYSCORE', places, '-inf', now_ms)
+      head = redis.call('ZRANGE', queue, 0, 0)[1]
+    end
+  end
+  return head
 end
 
 -- Keep the queue's keys at least as long as the places just given.
@@ -84,3 +102,38 @@ local function hand_off(owner, fence_key, queue, places, channel, now_us, node)
   end
 end
 
+-- Release `token`'s lease on the lock whose keys are given, queue `riders` (a list of
+-- waiter ids, behind those already waiting, with a place of `place_ms`) and hand the
+-- lock to the next waiter. `call` ("" for none) marks the release for a minute in
+-- `released`, so a retried call is recognised. Returns what lock/release.lua returns:
+-- 1 released, {1, waiter, fence} released and handed on, 0 not held (nothing touched).
+local function release_lease(owner, queue, places, released, fence_key, token, channel, call,
+                             node, place_ms, riders)
+  local done = token .. ' ' .. call
+  if redis.call('GET', owner) ~= token then
+    if redis.call('GET', released) == done then
+      return 1
+    end
+    return 0
+  end
+  redis.call('DEL', owner)
+  if call ~= '' then
+    redis.call('SET', released, done, 'PX', 60000)
+  end
+  local now_us = nil
+  if #riders > 0 then
+    now_us = server_now_us()
+    local now_ms = math.floor(now_us / 1000)
+    for i = 1, #riders do
+      -- Arrival times just before now, in the riders' order (a zset orders equal scores
+      -- by member, not by arrival).
+      enqueue(queue, places, riders[i], now_us - (#riders - i), now_ms, place_ms)
+    end
+    keep_queue(queue, places, place_ms)
+  end
+  local granted = hand_off(owner, fence_key, queue, places, channel, now_us, node)
+  if granted then
+    return {1, granted[1], granted[2]}
+  end
+  return 1
+end

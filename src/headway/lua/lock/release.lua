@@ -1,6 +1,6 @@
 -- Release a lease and hand the lock to the next waiter.
--- Includes clock.lua (server_now_us) and lock/handoff.lua (enqueue, keep_queue,
--- hand_off), loaded before it.
+-- Includes clock.lua (server_now_us) and lock/handoff.lua (release_lease), loaded
+-- before it.
 -- KEYS[1] owner    string: token of the current holder
 -- KEYS[2] queue    zset: waiter id -> arrival time (us)
 -- KEYS[3] places   zset: waiter id -> server time (ms) after which its place is void
@@ -19,31 +19,9 @@
 -- Idempotent per call: a retried release (redis-py retries a command whose reply was
 -- lost) finds its own call in KEYS[4] and returns 1 again, instead of a false "not
 -- held"; a second release call for the same lease still returns 0.
-local done = ARGV[1] .. ' ' .. ARGV[3]
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  if redis.call('GET', KEYS[4]) == done then
-    return 1
-  end
-  return 0
+local riders = {}
+for i = 6, #ARGV do
+  riders[#riders + 1] = ARGV[i]
 end
-redis.call('DEL', KEYS[1])
-if ARGV[3] ~= '' then
-  redis.call('SET', KEYS[4], done, 'PX', 60000)
-end
-local now_us = nil
-if #ARGV > 5 then
-  now_us = server_now_us()
-  local now_ms = math.floor(now_us / 1000)
-  local place_ms = tonumber(ARGV[5])
-  for i = 6, #ARGV do
-    -- Arrival times just before now, in the riders' order (a zset orders equal scores
-    -- by member, not by arrival).
-    enqueue(KEYS[2], KEYS[3], ARGV[i], now_us - (#ARGV - i), now_ms, place_ms)
-  end
-  keep_queue(KEYS[2], KEYS[3], place_ms)
-end
-local granted = hand_off(KEYS[1], KEYS[5], KEYS[2], KEYS[3], ARGV[2], now_us, ARGV[4])
-if granted then
-  return {1, granted[1], granted[2]}
-end
-return 1
+return release_lease(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2], ARGV[3],
+                     ARGV[4], tonumber(ARGV[5]), riders)

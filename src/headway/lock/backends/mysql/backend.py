@@ -105,6 +105,7 @@ from headway.lock.backends.mysql.common import (
 )
 from headway.lock.backends.sql_session import Held, SessionLockBackend
 from headway.lock.backends.sql_session import discard as _discard
+from headway.lock.backends.windows import WindowClaims
 from headway.lock.driver import run_to_end
 from headway.lock.introspection import LockState
 from headway.lock.lease import Lease, check_timeout, check_ttl, new_token
@@ -120,8 +121,12 @@ class _Held(Held):
     name: str = ""
 
 
-class MySQLLockBackend(common.Common, SessionLockBackend[_Held]):
+class MySQLLockBackend(WindowClaims, common.Common, SessionLockBackend[_Held]):
     """Locks held as MySQL/MariaDB user-level locks (see the module doc).
+
+    ``run_once`` windows are claimed in a table instead (``WindowClaimBackend``:
+    ``claim_window`` and ``end_window``, see ``headway.lock.backends.windows``), so they
+    outlive a runner that dies.
 
     Args:
         engine: An async SQLAlchemy engine on MySQL or MariaDB (``mysql+aiomysql``).

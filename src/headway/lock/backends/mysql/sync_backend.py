@@ -46,6 +46,7 @@ from headway.lock.backends.mysql.common import (
     reply,
     seconds,
 )
+from headway.lock.backends.windows import SyncWindowClaims
 from headway.lock.introspection import LockState
 from headway.lock.lease import Lease, check_timeout, check_ttl, new_token
 
@@ -85,8 +86,11 @@ def _read_timeout(conn: Connection, seconds: float) -> Iterator[None]:
         driver._read_timeout = before  # type: ignore[union-attr]
 
 
-class SyncMySQLLockBackend(common.Common):
+class SyncMySQLLockBackend(SyncWindowClaims, common.Common):
     """Locks held as MySQL/MariaDB user-level locks, for threads (see the module doc).
+
+    ``run_once`` windows are claimed in a table instead (``SyncWindowClaimBackend``, see
+    ``headway.lock.backends.windows``), so they outlive a runner that dies.
 
     Args:
         engine: A sync SQLAlchemy engine of its own (``mysql+pymysql``), its pool
@@ -101,6 +105,8 @@ class SyncMySQLLockBackend(common.Common):
     Raises:
         ValueError: The engine is neither MySQL's nor MariaDB's, or a bad ``timeout``.
     """
+
+    _unavailable_errors = UNAVAILABLE
 
     def __init__(self, engine: Engine, *, timeout: float = 2.0, clock: Clock | None = None) -> None:
         super().__init__(engine, timeout, clock)

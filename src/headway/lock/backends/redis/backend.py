@@ -17,22 +17,28 @@ from redis import asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from headway._clock import Clock
+from headway._errors import LockNotAcquired
 from headway._redis.errors import UNAVAILABLE, slot_moving, unavailable
 from headway._redis.scripts import Script
 from headway._redis.wire import Wires, forget
 from headway.lock.backends.redis.cluster_waker import ClusterWaker
 from headway.lock.backends.redis.keys import (
     ACQUIRE,
+    ACQUIRE_MANY,
     EXTEND,
     INSPECT,
     LEAVE,
     RELEASE,
+    RELEASE_MANY,
     acquire_call,
+    acquire_many_call,
     inspect_call,
     leave_call,
     lock_keys,
     lock_state,
+    one_slot,
     release_call,
+    release_many_call,
 )
 from headway.lock.backends.redis.modes import RedisModeBackend
 from headway.lock.backends.redis.riders import Riders
@@ -41,6 +47,7 @@ from headway.lock.contract import AsyncWaiter
 from headway.lock.driver import QueuedBackend
 from headway.lock.flow import Attempt, Try
 from headway.lock.introspection import LockState
+from headway.lock.lease import Lease, check_ttl, new_token
 from headway.lock.modes import LockMode, ModeKind
 
 __all__ = ["RedisLockBackend"]
@@ -58,6 +65,10 @@ class RedisLockBackend(QueuedBackend):
 
     Offers every mode: ``ReadWriteLock`` and ``Semaphore`` work over it too, on the
     same connection and wake-ups (``for_mode``, see ``modes``).
+
+    Takes several locks in one script (``MultiAcquireBackend``: ``acquire_many``,
+    ``release_many``) when their keys are on one server or, on a Cluster, share a hash
+    slot (names with one ``{tag}``); ``MultiLock`` uses it.
 
     Args:
         client: A ``redis.asyncio.Redis`` or ``RedisCluster`` client (``from_url``
@@ -211,6 +222,83 @@ class RedisLockBackend(QueuedBackend):
     async def _leave(self, resource: str, waiter: str) -> None:
         if self._riders.leave(resource, waiter):  # always, on one ordered connection
             await self._call(LEAVE, *leave_call(resource, waiter, self._sharded))
+
+    def _one_script(self, resources: Sequence[str]) -> bool:
+        """Whether one script may take or give back every lock of ``resources``."""
+        return (
+            len(resources) > 1
+            and len(set(resources)) == len(resources)
+            and one_slot(resources, self._sharded)
+        )
+
+    async def acquire_many(self, resources: Sequence[str], ttl: float) -> tuple[Lease, ...] | None:
+        """Take every lock at once or none (see ``MultiAcquireBackend.acquire_many``).
+
+        None when the locks' keys do not share a slot, or a task of ours holds one of
+        them (it rides on that holder's release, one by one).
+
+        Args:
+            resources: Distinct names, in the caller's order.
+            ttl: Every lease's length in seconds.
+        """
+        ttl_ms = check_ttl(ttl)
+        names = list(resources)
+        if not self._one_script(names) or any(r in self._riders.held for r in names):
+            return None
+        tokens = [new_token() for _ in names]
+        sh, loop = self._sharded, asyncio.get_running_loop()
+
+        def give_back(reply: Any) -> None:  # a grant nobody waits for, without a task
+            if reply and reply[0] == 1 and (wire := self._wires.ready_wire()) is not None:
+                owned = [(r, t, ()) for r, t in zip(names, tokens, strict=True)]
+                forget(wire.submit(RELEASE_MANY, *release_many_call(owned, self.node, True, sh)))
+
+        async def undo(reply: Any) -> None:
+            if reply and reply[0] == 1:
+                owned = [(r, t, ()) for r, t in zip(names, tokens, strict=True)]
+                await self._call(RELEASE_MANY, *release_many_call(owned, self.node, True, sh))
+
+        sent, since = self.clock(), loop.time()
+        call = self._call(ACQUIRE_MANY, *acquire_many_call(names, tokens, ttl_ms, sh), give_back)
+        reply = await self._safely(call, undo)
+        if reply[0] != 1:
+            refused = names[int(reply[1]) - 1]
+            raise LockNotAcquired(f"lock {refused!r} not acquired within 0 s", resource=refused)
+        leases = []
+        for resource, token, fence in zip(names, tokens, reply[1:], strict=True):
+            self._riders.hold(resource, token, ttl_ms, since, loop)
+            leases.append(Lease(resource, token, int(fence), sent + ttl_ms / 1000, ttl_ms / 1000))
+        return tuple(leases)
+
+    async def release_many(self, leases: Sequence[Lease]) -> list[bool] | None:
+        """Release every lease in one script (see ``MultiAcquireBackend.release_many``).
+
+        Args:
+            leases: Leases of distinct resources.
+        """
+        if not self._one_script([lease.resource for lease in leases]):
+            return None
+        return await self._safely(self._release_many(list(leases)))
+
+    async def _release_many(self, leases: list[Lease]) -> list[bool]:
+        releases = [self._riders.releasing(lease.resource, lease.token) for lease in leases]
+        loop = asyncio.get_running_loop()
+        sent = loop.time()  # the handed leases start after this
+
+        def handed(reply: Any) -> None:  # as ``_release``'s, per lease
+            replies = reply if isinstance(reply, list) else [None] * len(leases)
+            for lease, release, one in zip(leases, releases, replies, strict=True):
+                self._riders.released(lease.resource, release, one, sent, self.node, loop)
+
+        owned = [(x.resource, x.token, r.riders) for x, r in zip(leases, releases, strict=True)]
+        retried = not self._wires.direct()
+        keys, args = release_many_call(owned, self.node, retried, self._sharded)
+        try:
+            reply = await self._call(RELEASE_MANY, keys, args, handed, always=True)
+        except BaseException:
+            handed(None)
+            raise
+        return [bool(one) for one in reply]
 
     async def _listen(self, resource: str, waiter: str) -> AsyncWaiter:
         return await self._waker.listen(lock_keys(resource, self._sharded).channel, waiter)

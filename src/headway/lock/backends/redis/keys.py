@@ -1,7 +1,11 @@
 """The Redis lock's keys and scripts, and the pure helpers that build their calls.
 
 Every key of one lock shares a hash tag (``headway:{lock:<resource>}:...``),
-so the scripts run on Redis Cluster too. Redlock runs the same scripts on
+so the scripts run on Redis Cluster too. A resource that carries a hash tag of its
+own (``{order:42}:items``, Redis's rule) has its keys under that tag instead
+(``headway:{lock:order:42}:<resource>:...``, both parts escaped as ``_keys`` does), so
+the locks of names that share a tag share a slot, and ``MultiLock`` takes them in one
+script (``acquire_many``). Redlock runs the same scripts on
 each of its nodes. On a Cluster the waiters listen on a sharded channel
 (``...:swake``, SSUBSCRIBE on the shard that owns the lock's slot), elsewhere
 on a classic one (``...:wake``); the scripts publish by the name's ending.
@@ -15,25 +19,32 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from headway._keys import tagged
+from redis.crc import key_slot
+
+from headway._keys import hash_tag, segment, tag_base, tagged
 from headway._redis.scripts import Script
 from headway.lock.flow import PLACE_MS, Try
 from headway.lock.introspection import Holder, LockState, owner_of
 
 __all__ = [
     "ACQUIRE",
+    "ACQUIRE_MANY",
     "EXTEND",
     "FENCE_RAISE",
     "INSPECT",
     "LEAVE",
     "RELEASE",
+    "RELEASE_MANY",
     "acquire_call",
+    "acquire_many_call",
     "handed_to",
     "inspect_call",
     "leave_call",
     "lock_keys",
     "lock_state",
+    "one_slot",
     "release_call",
+    "release_many_call",
     "text",
 ]
 
@@ -45,6 +56,8 @@ EXTEND = Script("lock/extend", allow_oom=True)
 LEAVE = Script("lock/leave", include=_HANDOFF, allow_oom=True)
 FENCE_RAISE = Script("lock/fence_raise")
 INSPECT = Script("lock/inspect", include=("clock",))
+ACQUIRE_MANY = Script("lock/acquire_many", include=_HANDOFF)
+RELEASE_MANY = Script("lock/release_many", include=_HANDOFF, allow_oom=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +85,15 @@ def lock_keys(resource: str, sharded: bool = False) -> LockKeys:
     """
     wake = "swake" if sharded else "wake"
     parts = ("owner", "fence", "queue", "places", "released", wake)
-    owner, fence, queue, places, released, channel = tagged("lock", resource, *parts)
+    tag = hash_tag(resource)
+    if tag is None:
+        names = tagged("lock", resource, *parts)
+    else:
+        # The resource (escaped: it holds "{") after the user's tag; never a bare part
+        # name, so no key of a tagged resource is an untagged one's.
+        base = f"{tag_base('lock', tag)}{segment(resource)}:"
+        names = [base + part for part in parts]
+    owner, fence, queue, places, released, channel = names
     return LockKeys(
         owner,
         fence,
@@ -145,6 +166,45 @@ def lock_state(resource: str, reply: Any, riding: int = 0) -> LockState:
         return LockState(resource, (), waiting + riding)
     holder = Holder(int(fence), max(int(pttl_ms), 0) / 1000, owner_of(token))
     return LockState(resource, (holder,), waiting + riding)
+
+
+def one_slot(resources: Sequence[str], sharded: bool) -> bool:
+    """Whether one script may touch every lock of ``resources``: always on one server;
+    on a Cluster (``sharded``), when their keys share a hash slot."""
+    if not sharded:
+        return True
+    return len({key_slot(lock_keys(r, True).owner.encode()) for r in resources}) == 1
+
+
+def acquire_many_call(
+    resources: Sequence[str], tokens: Sequence[str], ttl_ms: int, sharded: bool = False
+) -> tuple[list[str], list[Any]]:
+    """Keys and arguments of one ``lock/acquire_many`` call (``tokens``: one per resource)."""
+    keys: list[str] = []
+    args: list[Any] = [ttl_ms]
+    for resource, token in zip(resources, tokens, strict=True):
+        k = lock_keys(resource, sharded)
+        keys += k.acquire
+        args += [token, k.channel]
+    return keys, args
+
+
+def release_many_call(
+    leases: Sequence[tuple[str, str, Sequence[str]]],
+    node: str,
+    retried: bool = True,
+    sharded: bool = False,
+) -> tuple[list[str], list[Any]]:
+    """Keys and arguments of one ``lock/release_many`` call: ``leases`` as (resource,
+    token, riders) triples; ``node`` and ``retried`` as for ``release_call``."""
+    keys: list[str] = []
+    args: list[Any] = [node, PLACE_MS]
+    for resource, token, riders in leases:
+        k = lock_keys(resource, sharded)
+        keys += k.release
+        call = secrets.token_hex(8) if retried else ""
+        args += [token, k.channel, call, len(riders), *riders]
+    return keys, args
 
 
 def text(value: Any) -> str:
