@@ -83,6 +83,8 @@ def test_all_is_pinned() -> None:
         "RedlockBackend",
         "RefusalContext",
         "RefusalHook",
+        "Reservation",
+        "ReservingBackend",
         "ResultNotSerializable",
         "Rule",
         "RunOnceDecorator",
@@ -109,6 +111,7 @@ def test_all_is_pinned() -> None:
         "SyncReadWriteLock",
         "SyncRedisLockBackend",
         "SyncRedisRateLimitBackend",
+        "SyncReservingBackend",
         "SyncSemaphore",
         "TokenBucket",
         "ZooKeeperLockBackend",
@@ -125,7 +128,9 @@ def test_all_is_pinned() -> None:
         "lease_states",
         "locked",
         "rate_limit",
+        "reserve_states",
         "run_once",
+        "settle_states",
         "state_names",
     ]
 

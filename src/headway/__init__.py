@@ -80,6 +80,12 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     )
     from headway.ratelimit.backends.memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
     from headway.ratelimit.backends.redis import RedisRateLimitBackend, SyncRedisRateLimitBackend
+    from headway.ratelimit.backends.settling import (
+        ReservingBackend,
+        SyncReservingBackend,
+        reserve_states,
+        settle_states,
+    )
     from headway.ratelimit.concurrency import ConcurrencyLimiter, SyncConcurrencyLimiter
     from headway.ratelimit.decision import Decision, PolicyDecision, Source
     from headway.ratelimit.http.decorator import RateLimitDecorator, rate_limit
@@ -106,6 +112,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         SlidingLog,
         TokenBucket,
     )
+    from headway.ratelimit.reservation import Reservation
     from headway.ratelimit.slots import Admission, Grant
     from headway.ratelimit.sync_limiter import SyncRateLimiter
 
@@ -187,6 +194,13 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway.ratelimit.http.rules": ("LimiterSettings", "PolicyFunction", "Rule"),
     "headway.ratelimit.leasing": ("Leasing",),
     "headway.ratelimit.limiter": ("RateLimiter",),
+    "headway.ratelimit.reservation": ("Reservation",),
+    "headway.ratelimit.backends.settling": (
+        "ReservingBackend",
+        "SyncReservingBackend",
+        "reserve_states",
+        "settle_states",
+    ),
     "headway.ratelimit.sync_limiter": ("SyncRateLimiter",),
     "headway.ratelimit.policies": (
         "Concurrency",
@@ -299,6 +313,8 @@ __all__ = [
     "RedlockBackend",
     "RefusalContext",
     "RefusalHook",
+    "Reservation",
+    "ReservingBackend",
     "ResultNotSerializable",
     "Rule",
     "RunOnceDecorator",
@@ -325,6 +341,7 @@ __all__ = [
     "SyncReadWriteLock",
     "SyncRedisLockBackend",
     "SyncRedisRateLimitBackend",
+    "SyncReservingBackend",
     "SyncSemaphore",
     "TokenBucket",
     "ZooKeeperLockBackend",
@@ -341,7 +358,9 @@ __all__ = [
     "lease_states",
     "locked",
     "rate_limit",
+    "reserve_states",
     "run_once",
+    "settle_states",
     "state_names",
 ]
 

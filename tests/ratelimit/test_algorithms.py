@@ -20,7 +20,7 @@ from headway import (
     TokenBucket,
 )
 from headway._redis.scripts import Script
-from headway.ratelimit import algorithms, lease_model, model
+from headway.ratelimit import algorithms, lease_model, model, settle_model
 from headway.ratelimit.algorithms import ALGORITHMS, Algorithm, PolicySet, algorithm_of
 from headway.ratelimit.backends.redis_scripts import decide_script, lease_script
 from headway.ratelimit.lease_model import BucketLease, NotLeased, WindowLease
@@ -136,12 +136,15 @@ def test_an_algorithm_that_does_not_say_how_it_is_leased_is_refused() -> None:
     with pytest.raises(TypeError, match="lease"):
         Algorithm(6, TokenBucket, model.token_bucket, "ratelimit/token_bucket")  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="must say whether and how its quota is leased"):
-        Algorithm(6, TokenBucket, model.token_bucket, "ratelimit/t", lease=None)  # type: ignore[arg-type]
+        Algorithm(
+            6, TokenBucket, model.token_bucket, "ratelimit/t", lease=None,  # type: ignore[arg-type]
+            settle=settle_model.token_bucket,
+        )  # fmt: skip
     # lease.lua keeps every policy's state in one string: a key of one's own is not leased.
     with pytest.raises(ValueError, match="cannot be leased"):
         Algorithm(
             6, SlidingLog, model.sliding_log, "ratelimit/sliding_log", string_state=False,
-            lease=lease_model.fixed_window,
+            lease=lease_model.fixed_window, settle=settle_model.sliding_log,
         )  # fmt: skip
 
 

@@ -45,6 +45,10 @@ from headway.ratelimit.backends.redis_scripts import (
     decide_script,
     lease_call,
     lease_script,
+    reserve_call,
+    reserve_script,
+    settle_call,
+    settle_script,
     state_keys,
 )
 from headway.ratelimit.decision import Decision, decision_from_reply
@@ -223,6 +227,32 @@ class RedisRateLimitBackend:
             raise unavailable(exc) from exc
         return list(reply)
 
+    async def reserve(
+        self, key: str, policies: Sequence[Policy], costs: Sequence[int]
+    ) -> tuple[Decision, int]:
+        """Reserve (see ``ReservingBackend.reserve``): one call of ``ratelimit/reserve.lua``."""
+        keys, args = reserve_call(key, policies, costs, _micros(self.clock))
+        try:
+            reply = await self._wires.call(reserve_script(policies), keys, args)
+        except UNAVAILABLE as exc:
+            raise unavailable(exc) from exc
+        return decision_from_reply(reply[:-1], policies), int(reply[-1])
+
+    async def settle(
+        self,
+        key: str,
+        policies: Sequence[Policy],
+        at_us: int,
+        charged: Sequence[int],
+        actual: Sequence[int],
+    ) -> int:
+        """Settle (see ``ReservingBackend.settle``): one call of ``ratelimit/settle.lua``."""
+        keys, args = settle_call(key, policies, at_us, charged, actual, _micros(self.clock))
+        try:
+            return int(await self._wires.call(settle_script(policies), keys, args))
+        except UNAVAILABLE as exc:
+            raise unavailable(exc) from exc
+
     async def aclose(self) -> None:
         """Return headway's connection to the client's pool (the client stays the caller's)."""
         await self._wires.aclose()
@@ -361,6 +391,32 @@ class SyncRedisRateLimitBackend:
         except UNAVAILABLE as exc:
             raise unavailable(exc) from exc
         return list(reply)
+
+    def reserve(
+        self, key: str, policies: Sequence[Policy], costs: Sequence[int]
+    ) -> tuple[Decision, int]:
+        """Reserve (see ``ReservingBackend.reserve``): one call of ``ratelimit/reserve.lua``."""
+        keys, args = reserve_call(key, policies, costs, _micros(self.clock))
+        try:
+            reply = self._wire.call(reserve_script(policies), keys, args)
+        except UNAVAILABLE as exc:
+            raise unavailable(exc) from exc
+        return decision_from_reply(reply[:-1], policies), int(reply[-1])
+
+    def settle(
+        self,
+        key: str,
+        policies: Sequence[Policy],
+        at_us: int,
+        charged: Sequence[int],
+        actual: Sequence[int],
+    ) -> int:
+        """Settle (see ``ReservingBackend.settle``): one call of ``ratelimit/settle.lua``."""
+        keys, args = settle_call(key, policies, at_us, charged, actual, _micros(self.clock))
+        try:
+            return int(self._wire.call(settle_script(policies), keys, args))
+        except UNAVAILABLE as exc:
+            raise unavailable(exc) from exc
 
     def reset(self, key: str, policies: Sequence[Policy]) -> None:
         """Delete every policy's state for ``key``."""

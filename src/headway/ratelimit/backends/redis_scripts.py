@@ -28,11 +28,17 @@ __all__ = [
     "decide_script",
     "lease_call",
     "lease_script",
+    "reserve_call",
+    "reserve_script",
+    "settle_call",
+    "settle_script",
     "state_keys",
 ]
 
 _DECIDE: dict[tuple[bool, tuple[int, ...]], Script] = {}
 _LEASE: dict[tuple[int, ...], Script] = {}
+_RESERVE: dict[tuple[int, ...], Script] = {}
+_SETTLE: dict[tuple[int, ...], Script] = {}
 
 
 def state_keys(key: str, policies: Sequence[Policy]) -> list[str]:
@@ -65,6 +71,56 @@ def lease_call(
     for i, (kind, a, b) in enumerate(policies.specs):
         head += (kind, a, b, marks[i] if units else 0)
     return state_keys(key, policies), head
+
+
+def reserve_call(
+    key: str, policies: Sequence[Policy], costs: Sequence[int], now_us: int | None
+) -> tuple[list[str], list[int | str]]:
+    """Keys and arguments of ``ratelimit/reserve.lua`` (``now_us`` None: the server's ``TIME``)."""
+    policies = PolicySet.of(policies)
+    args: list[int | str] = ["" if now_us is None else now_us]
+    for spec, cost in zip(policies.specs, costs, strict=True):
+        args += (*spec, cost)
+    return state_keys(key, policies), args
+
+
+def settle_call(
+    key: str,
+    policies: Sequence[Policy],
+    at_us: int,
+    charged: Sequence[int],
+    actual: Sequence[int],
+    now_us: int | None,
+) -> tuple[list[str], list[int | str]]:
+    """Keys and arguments of ``ratelimit/settle.lua`` (``now_us`` None: the server's ``TIME``)."""
+    policies = PolicySet.of(policies)
+    args: list[int | str] = ["" if now_us is None else now_us, at_us]
+    for spec, c, x in zip(policies.specs, charged, actual, strict=True):
+        args += (*spec, c, x)
+    return state_keys(key, policies), args
+
+
+def reserve_script(policies: Sequence[Policy]) -> Script:
+    """``ratelimit/reserve.lua`` with the fragments of the algorithms ``policies`` use."""
+    used = PolicySet.of(policies).algorithms
+    kinds = tuple(a.kind for a in used)
+    script = _RESERVE.get(kinds)
+    if script is None:
+        include = ("clock", "ratelimit/common", *(a.fragment for a in used))
+        script = _RESERVE[kinds] = Script("ratelimit/reserve", include=include)
+    return script
+
+
+def settle_script(policies: Sequence[Policy]) -> Script:
+    """``ratelimit/settle.lua`` with the settle fragments of the algorithms ``policies`` use."""
+    used = PolicySet.of(policies).algorithms
+    kinds = tuple(a.kind for a in used)
+    script = _SETTLE.get(kinds)
+    if script is None:
+        fragments = (a.settle_fragment for a in used)
+        include = ("clock", "ratelimit/common", "ratelimit/settling", *fragments)
+        script = _SETTLE[kinds] = Script("ratelimit/settle", include=include)
+    return script
 
 
 def decide_script(policies: Sequence[Policy]) -> Script:
