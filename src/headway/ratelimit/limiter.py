@@ -307,7 +307,7 @@ class RateLimiter(Shell):
             reservation.key, self.policies, reservation.at_us, reservation.charged, costs
         )
         try:
-            await within(self.budget, call)
+            reservation.settled_at_us = await within(self.budget, call)
         except (TimeoutError, BackendUnavailable):
             return False
         return True

@@ -25,7 +25,8 @@ class Reservation:
 
     A reservation is true when its decision allowed the work. Limiters make them
     (``RateLimiter.reserve``); the arguments are its attributes. ``settled`` says
-    whether ``settle`` was called.
+    whether ``settle`` was called, ``settled_at_us`` when the backend applied it (its
+    clock, integer microseconds; None until then, and when no call was needed).
 
     Args:
         owner: The limiter that made it (only that one settles it).
@@ -35,13 +36,16 @@ class Reservation:
             for a metered policy, 1 for the others; all 0 when nothing was charged
             (refused, or a failure mode answered).
         estimate: The estimate the metered policies were asked for.
-        at_us: When the backend charged it (its clock, integer microseconds), or None
-            when nothing was charged.
+        at_us: When the backend decided it (its clock, integer microseconds), or None
+            when a failure mode answered.
         expires: The limiter clock's time after which ``settle`` does nothing (the
             estimate stays charged).
     """
 
-    __slots__ = ("_owner", "at_us", "charged", "decision", "estimate", "expires", "key", "settled")
+    __slots__ = (
+        "_owner", "at_us", "charged", "decision", "estimate", "expires", "key", "settled",
+        "settled_at_us",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -61,6 +65,7 @@ class Reservation:
         self.at_us = at_us
         self.expires = expires
         self.settled = False
+        self.settled_at_us: int | None = None
 
     @property
     def allowed(self) -> bool:
@@ -92,7 +97,7 @@ class Reservation:
         if self.settled:
             raise RuntimeError(f"{self!r} is settled already: settle a reservation once")
         self.settled = True
-        return self.at_us is not None
+        return self.decision.allowed and self.at_us is not None
 
 
 def metered_mask(policies: Sequence[Policy], metered: Sequence[Policy] | None) -> tuple[bool, ...]:

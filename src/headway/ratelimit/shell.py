@@ -91,9 +91,8 @@ class Shell:
         at_us: int | None, expires: float,
     ) -> Reservation:  # fmt: skip
         # Charged only when the backend admitted it (not a failure mode's answer).
-        at = at_us if decision.allowed else None
-        charged = costs if at is not None else (0,) * len(costs)
-        return Reservation(self, key, decision, charged, estimate, at, expires)
+        charged = costs if decision.allowed and at_us is not None else (0,) * len(costs)
+        return Reservation(self, key, decision, charged, estimate, at_us, expires)
 
     def _settling(self, reservation: Reservation, actual: int) -> tuple[int, ...] | None:
         """The settled costs to send, or None when there is nothing to send (checked)."""

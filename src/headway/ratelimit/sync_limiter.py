@@ -187,7 +187,7 @@ class SyncRateLimiter(Shell):
         backend: SyncReservingBackend = self.backend  # type: ignore[assignment]
         assert reservation.at_us is not None
         try:
-            backend.settle(
+            reservation.settled_at_us = backend.settle(
                 reservation.key, self.policies, reservation.at_us, reservation.charged, costs
             )
         except BackendUnavailable:
