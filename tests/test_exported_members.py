@@ -58,6 +58,8 @@ def test_all_is_pinned() -> None:
         "LockNotOwned",
         "MemoryLockBackend",
         "MemoryRateLimitBackend",
+        "Meter",
+        "Metering",
         "ModalLockBackend",
         "MonotonicClock",
         "MultiLock",

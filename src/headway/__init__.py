@@ -98,6 +98,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         Identity,
         SessionCookie,
     )
+    from headway.ratelimit.http.metering import Meter, Metering
     from headway.ratelimit.http.middleware import RateLimitMiddleware
     from headway.ratelimit.http.refusals import RefusalContext, RefusalHook
     from headway.ratelimit.http.rules import LimiterSettings, PolicyFunction, Rule
@@ -195,6 +196,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway.ratelimit.leasing": ("Leasing",),
     "headway.ratelimit.limiter": ("RateLimiter",),
     "headway.ratelimit.reservation": ("Reservation",),
+    "headway.ratelimit.http.metering": ("Meter", "Metering"),
     "headway.ratelimit.backends.settling": (
         "ReservingBackend",
         "SyncReservingBackend",
@@ -288,6 +290,8 @@ __all__ = [
     "LockNotOwned",
     "MemoryLockBackend",
     "MemoryRateLimitBackend",
+    "Meter",
+    "Metering",
     "ModalLockBackend",
     "MonotonicClock",
     "MultiLock",

@@ -35,6 +35,7 @@ from headway.ratelimit.decision import Decision
 from headway.ratelimit.http.dynamic import DynamicPolicies
 from headway.ratelimit.http.headers import Refusal, refusal_for, response_fields
 from headway.ratelimit.http.identity import ClientAddress, Identity
+from headway.ratelimit.http.metering import METER, Meter, Metering
 from headway.ratelimit.http.refusals import RefusalHook, Refuser
 from headway.ratelimit.http.routes import RouteFunction
 from headway.ratelimit.http.rules import (
@@ -46,6 +47,7 @@ from headway.ratelimit.http.rules import (
     matches_any,
     validated_patterns,
 )
+from headway.ratelimit.limiter import RateLimiter
 from headway.ratelimit.slots import Admission
 
 __all__ = ["DecisionHook", "DecisionOutcome", "Guard", "RateLimitEvent", "Ruling"]
@@ -220,14 +222,22 @@ class Guard:
                         return await self._refuse(rule, resolved, checked, scope, slots)
                     continue
                 rule = resolved
-            cost = rule.fixed_cost
-            if cost is None:
-                cost = await rule.cost(scope)
             key = rule.key(identity, route, path)
             shadow = self.shadow or rule.shadow
-            # ``decide``, not ``hit`` (which awaits it): one coroutine less per request.
             limiter = rule.limiter
-            rate = None if limiter is None else await limiter.decide(key, cost)
+            rate: Decision | None
+            if rule.metering is not None and limiter is not None:
+                cost = await rule.metering.estimate_for(scope)
+                rate, settles = await _reserve(scope, rule.metering, limiter, key, cost)
+                if settles is not None:  # the first reservation: settled with the rest
+                    if slots is None:
+                        slots = contextlib.AsyncExitStack()
+                    slots.push_async_callback(settles)
+            else:
+                fixed = rule.fixed_cost
+                cost = fixed if fixed is not None else await rule.cost(scope)
+                # ``decide``, not ``hit`` (which awaits it): one coroutine less per request.
+                rate = None if limiter is None else await limiter.decide(key, cost)
             held: Admission | None = None
             if rule.concurrency is not None and (rate is None or rate.allowed or shadow):
                 if slots is None:
@@ -300,6 +310,8 @@ class Guard:
         slots: contextlib.AsyncExitStack | None,
     ) -> Ruling:
         refusal = refusal_for(rule, answer, checked, self.legacy)
+        if isinstance(meter := scope.get(METER), Meter):
+            meter.refused = True  # the work never runs: reservations settle at 0
         if self.refuser is None:
             return Ruling((), refusal, slots)
         return Ruling((), await self.refuser(rule, answer, refusal, scope), slots)
@@ -326,6 +338,21 @@ class Guard:
         except Exception:
             # A broken metrics hook must not break the requests it observes.
             log.exception("rate limit on_decision hook failed")
+
+
+async def _reserve(
+    scope: Scope, metering: Metering, limiter: RateLimiter, key: str, estimate: int
+) -> tuple[Decision, Callable[[], Awaitable[None]] | None]:
+    """Reserve ``estimate`` for a metered rule: its decision, and the request meter's
+    ``settle`` when this is the first reservation it holds (to call when the response ends)."""
+    reservation = await limiter.reserve(key, estimate, ttl=metering.ttl)
+    if not (reservation.allowed and reservation.at_us is not None):
+        return reservation.decision, None  # nothing charged: nothing to settle
+    meter = scope.get(METER)
+    if not isinstance(meter, Meter):
+        meter = scope[METER] = Meter()
+    first = meter.hold(limiter, reservation, metering)
+    return reservation.decision, meter.settle if first else None
 
 
 async def _take_slot(

@@ -1,0 +1,218 @@
+"""Metered costs over HTTP: a rule reserves an estimate per request and settles the actual
+cost when the response ends: from a header, a function of the response, or the units the
+handler reported to its ``Meter`` while streaming (a client that leaves mid-stream is
+charged what was seen); on the in-memory backend and on Redis."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from redis import asyncio as aioredis
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from headway import (
+    FixedWindow,
+    MemoryRateLimitBackend,
+    Meter,
+    Metering,
+    RateLimitBackend,
+    RateLimitMiddleware,
+    RedisRateLimitBackend,
+    Rule,
+    TokenBucket,
+)
+from headway._http import Message
+from tests.windows import NO_ROLLOVER
+
+pytestmark = pytest.mark.anyio
+
+REQUESTS = FixedWindow(100, NO_ROLLOVER)
+TOKENS = TokenBucket(1000, 1000, 86_400.0)  # a day to refill: nothing comes back in a test
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[RateLimitBackend]:
+    if request.param == "memory":
+        yield MemoryRateLimitBackend()
+        return
+    redis = aioredis.Redis.from_url(request.getfixturevalue("redis_url"))
+    await redis.flushdb()
+    try:
+        yield RedisRateLimitBackend(redis)
+    finally:
+        await redis.aclose()
+
+
+def llm_app(
+    backend: RateLimitBackend, chunk_sent: anyio.Event | None = None, **metering: Any
+) -> Starlette:
+    """``/stream?n=`` streams n chunks, reporting one unit each; ``/complete`` answers at
+    once with ``X-Tokens-Used: 7``; ``/fails`` raises after reporting 3."""
+
+    async def stream(request: Request) -> Response:
+        meter = Meter.of(request)
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for i in range(int(request.query_params["n"])):
+                meter.add(1)
+                yield f"token {i}\n".encode()
+                if chunk_sent is not None and i == 2:
+                    chunk_sent.set()
+
+        return StreamingResponse(chunks())
+
+    async def complete(request: Request) -> Response:
+        return JSONResponse({"text": "..."}, headers={"X-Tokens-Used": "7"})
+
+    async def fails(request: Request) -> Response:
+        Meter.of(request).add(3)
+        raise RuntimeError("the model went away")
+
+    rule = Rule(
+        {"requests": REQUESTS, "tokens": TOKENS},
+        name="llm",
+        identity=lambda scope: "user",
+        metering=Metering(**{"estimate": 50, "policies": ["tokens"], **metering}),
+    )
+    routes = [Route("/stream", stream), Route("/complete", complete), Route("/fails", fails)]
+    middleware = Middleware(RateLimitMiddleware, rules=[rule], backend=backend)
+    return Starlette(routes=routes, middleware=[middleware])
+
+
+async def left(app: Starlette) -> tuple[int, int]:
+    """(requests, tokens) remaining for the user, as a peek sees them."""
+    limiter = _middleware(app).guard.rules[0].limiter
+    assert limiter is not None
+    parts = (await limiter.peek("llm/user")).policies
+    return parts[0].remaining, parts[1].remaining
+
+
+def _middleware(app: Starlette) -> RateLimitMiddleware:
+    stack: Any = app.middleware_stack
+    while not isinstance(stack, RateLimitMiddleware):
+        stack = stack.app
+    return stack
+
+
+def _client(app: Starlette) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
+
+
+async def test_a_streamed_response_settles_the_units_it_reported(
+    backend: RateLimitBackend,
+) -> None:
+    app = llm_app(backend)
+    async with _client(app) as client:
+        response = await client.get("/stream", params={"n": 12})
+        assert response.text.count("token") == 12
+        # The header was sent before the stream: it shows the estimate charged.
+        assert '"tokens";r=950;' in response.headers["ratelimit"]
+        assert await left(app) == (99, 988)
+        response = await client.get("/stream", params={"n": 120})
+        assert await left(app) == (98, 868)  # more than the estimate: the rest charged
+
+
+async def test_a_header_or_a_function_of_the_response_gives_the_actual_cost(
+    backend: RateLimitBackend,
+) -> None:
+    app = llm_app(backend)
+    async with _client(app) as client:
+        await client.get("/complete")
+    assert await left(app) == (99, 993)
+
+    def by_status(status: int, headers: Any) -> int | None:
+        return 0 if status >= 500 else int(headers["x-tokens-used"]) * 2
+
+    app = llm_app(backend, actual=by_status)
+    async with _client(app) as client:
+        await client.get("/complete")
+    assert await left(app) == (98, 979)
+
+
+async def test_an_app_that_raises_settles_what_it_reported(backend: RateLimitBackend) -> None:
+    app = llm_app(backend)
+    async with _client(app) as client:
+        with pytest.raises(RuntimeError, match="went away"):
+            await client.get("/fails")
+    assert await left(app) == (99, 997)
+
+
+async def test_a_client_that_leaves_mid_stream_is_charged_what_was_seen(
+    backend: RateLimitBackend,
+) -> None:
+    chunk_sent = anyio.Event()
+    app = llm_app(backend, chunk_sent=chunk_sent)
+    sent: list[Message] = []
+    requested = False
+
+    async def receive() -> Message:
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await chunk_sent.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+        await anyio.sleep(0)
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+        "scheme": "http", "path": "/stream", "raw_path": b"/stream", "root_path": "",
+        "query_string": b"n=100000", "headers": [(b"host", b"test")], "client": ("192.0.2.1", 1),
+        "server": ("test", 80),
+    }  # fmt: skip
+    with anyio.fail_after(10):
+        await app(scope, receive, send)
+    chunks = sum(1 for m in sent if m["type"] == "http.response.body" and m.get("body"))
+    requests, tokens = await left(app)
+    assert requests == 99
+    # Settled at what the handler had reported when the client left: a few chunks, not
+    # the estimate (50) and not the 100,000 asked for.
+    assert 3 <= 1000 - tokens <= chunks + 1 < 50
+
+
+async def test_a_request_another_rule_refuses_settles_at_zero(backend: RateLimitBackend) -> None:
+    tokens = Rule(
+        TOKENS, name="tokens", identity=lambda scope: "user", metering=Metering(estimate=40)
+    )
+    requests = Rule(FixedWindow(1, NO_ROLLOVER), name="requests", identity=lambda scope: "user")
+
+    async def complete(request: Request) -> Response:
+        return JSONResponse({}, headers={"X-Tokens-Used": "7"})
+
+    middleware = Middleware(RateLimitMiddleware, rules=[tokens, requests], backend=backend)
+    app = Starlette(routes=[Route("/complete", complete)], middleware=[middleware])
+    async with _client(app) as client:
+        assert (await client.get("/complete")).status_code == 200
+        assert (await client.get("/complete")).status_code == 429
+    limiter = _middleware(app).guard.rules[0].limiter
+    assert limiter is not None
+    assert (await limiter.peek("tokens/user")).remaining == 993
+
+
+def test_metering_is_checked_when_the_rule_is_made() -> None:
+    with pytest.raises(ValueError, match="names no rate policy"):
+        Rule({"a": REQUESTS}, metering=Metering(estimate=1, policies=["b"]))
+    with pytest.raises(ValueError, match="not a function"):
+        Rule(lambda scope: REQUESTS, metering=Metering(estimate=1))
+    with pytest.raises(ValueError, match="estimate must be >= 0"):
+        Metering(estimate=-1)
+    with pytest.raises(TypeError, match="list of policy names"):
+        Metering(estimate=1, policies="tokens")
+    with pytest.raises(ValueError, match="ttl"):
+        Metering(estimate=1, ttl=0)
+    meter = Meter.of({"type": "http"})  # no metered rule: a detached meter, counting
+    meter.add(2)
+    assert meter.units == 2
+    with pytest.raises(ValueError, match=">= 0"):
+        meter.add(-1)
