@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from fastapi import Depends, FastAPI
 from redis import asyncio as aioredis
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -24,10 +25,12 @@ from headway import (
     Meter,
     Metering,
     RateLimitBackend,
+    RateLimitDependency,
     RateLimitMiddleware,
     RedisRateLimitBackend,
     Rule,
     TokenBucket,
+    rate_limit,
 )
 from headway._http import Message
 from tests.windows import NO_ROLLOVER
@@ -103,7 +106,7 @@ def _middleware(app: Starlette) -> RateLimitMiddleware:
     return stack
 
 
-def _client(app: Starlette) -> httpx.AsyncClient:
+def _client(app: Any) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
 
 
@@ -216,3 +219,69 @@ def test_metering_is_checked_when_the_rule_is_made() -> None:
     assert meter.units == 2
     with pytest.raises(ValueError, match=">= 0"):
         meter.add(-1)
+
+
+def _streaming(request: Request, n: int) -> StreamingResponse:
+    meter = Meter.of(request)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for i in range(n):
+            meter.add(2)
+            yield f"token {i}\n".encode()
+
+    return StreamingResponse(chunks())
+
+
+async def test_the_decorator_settles_once_the_returned_response_is_sent(
+    backend: RateLimitBackend,
+) -> None:
+    metering = Metering(estimate=50, policies=["tokens"])
+    limited = rate_limit(
+        named={"requests": REQUESTS, "tokens": TOKENS},
+        name="llm",
+        identity=lambda scope: "user",
+        backend=backend,
+        metering=metering,
+    )
+
+    @limited
+    async def stream(request: Request) -> Response:
+        return _streaming(request, 30)
+
+    app = Starlette(routes=[Route("/stream", stream)])
+    async with _client(app) as client:
+        assert (await client.get("/stream")).text.count("token") == 30
+    limiter = stream.guard.rules[0].limiter  # type: ignore[attr-defined]
+    parts = (await limiter.peek("llm/user")).policies
+    assert (parts[0].remaining, parts[1].remaining) == (99, 940)
+
+
+async def test_fastapi_values_and_streams_settle_through_decorator_and_dependency(
+    backend: RateLimitBackend,
+) -> None:
+    metering = Metering(estimate=50)
+    limited = rate_limit(
+        TOKENS, name="value", identity=lambda scope: "user", backend=backend, metering=metering
+    )
+    dependency = RateLimitDependency(
+        TOKENS, name="dep", per="rule", identity=lambda scope: "user", backend=backend,
+        metering=metering,
+    )  # fmt: skip
+    api = FastAPI()
+
+    @api.get("/value")
+    @limited
+    async def value(response: Response) -> dict[str, str]:
+        response.headers["X-Tokens-Used"] = "9"  # FastAPI's sub-response
+        return {"text": "..."}
+
+    @api.get("/stream", dependencies=[Depends(dependency)])
+    async def stream(request: Request) -> Response:
+        return _streaming(request, 40)
+
+    async with _client(api) as client:
+        assert (await client.get("/value")).status_code == 200
+        assert (await client.get("/stream")).text.count("token") == 40
+    assert (await value.guard.rules[0].limiter.peek("value/user")).remaining == 991  # type: ignore[attr-defined]
+    # FastAPI runs a dependency's exit code after the response is sent: all 80 units.
+    assert (await dependency.guard.rules[0].limiter.peek("dep/user")).remaining == 920  # type: ignore[union-attr]

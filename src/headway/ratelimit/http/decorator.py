@@ -36,6 +36,7 @@ from headway.ratelimit.backends.contract import RateLimitBackend
 from headway.ratelimit.http.guard import DecisionHook, Guard, Ruling
 from headway.ratelimit.http.headers import Refusal, slot_lost
 from headway.ratelimit.http.identity import Identity
+from headway.ratelimit.http.metering import Metering, settled_later
 from headway.ratelimit.http.refusals import RefusalHook
 from headway.ratelimit.http.routes import routed_template
 from headway.ratelimit.http.rules import (
@@ -177,13 +178,16 @@ class RateLimitDecorator:
                 request, sub_response = _connection(args, kwargs)
                 scope = request.scope
                 ruling = await guard.decide(scope, scope.get("method", "GET"))
+                later = False  # closed once the response is sent (a metered one)
                 try:
                     try:
                         if ruling.refusal is not None:
                             return _refusal_response(ruling.refusal)
-                        return _with_fields(ruling, await func(*args, **kwargs), sub_response)
+                        result = _with_fields(ruling, await func(*args, **kwargs), sub_response)
+                        later = settled_later(ruling.slots, scope, result, sub_response)
+                        return result
                     finally:
-                        if ruling.slots is not None:
+                        if ruling.slots is not None and not later:
                             await ruling.slots.aclose()
                 except LockLost:  # its slot ended: the handler was stopped (see ``hold()``)
                     return _refusal_response(slot_lost())
@@ -196,13 +200,17 @@ class RateLimitDecorator:
                 request, sub_response = _connection(args, kwargs)
                 scope = request.scope
                 ruling = anyio.from_thread.run(guard.decide, scope, scope.get("method", "GET"))
+                later = False
                 try:
                     try:
                         if ruling.refusal is not None:
                             return _refusal_response(ruling.refusal)
-                        return _with_fields(ruling, func(*args, **kwargs), sub_response)
+                        result = _with_fields(ruling, func(*args, **kwargs), sub_response)
+                        later = settled_later(ruling.slots, scope, result, sub_response)
+                        return result
                     finally:
-                        if ruling.slots is not None:  # else nothing to free: no trip to the loop
+                        # Else nothing to free: no trip to the loop.
+                        if ruling.slots is not None and not later:
                             anyio.from_thread.run(ruling.slots.aclose)
                 except LockLost:  # its slot ended while the handler ran: it is not counted
                     return _refusal_response(slot_lost())
@@ -228,6 +236,7 @@ def rate_limit(
     limiter: LimiterSettings | None = None,
     on_refusal: RefusalHook | None = None,
     lease: Leasing | None = None,
+    metering: Metering | None = None,
 ) -> RateLimitDecorator:
     """Rate-limit one endpoint with ``policies`` (or ``named`` policies), like a middleware rule.
 
@@ -271,6 +280,10 @@ def rate_limit(
         lease: Take the quota from the backend in chunks and decide in process
             (``Leasing``; exact, see docs/ratelimit.md); not for sliding logs. Default
             None.
+        metering: Reserve an estimate per request and settle the actual cost once the
+            response the handler returned has been sent (``Metering``; a value FastAPI
+            serializes settles when the handler returns); the request's concurrency
+            slot, if any, is then held until then too. Default None.
 
     Raises:
         TypeError: Both ``policies`` and ``named``, a policies function with other
@@ -286,6 +299,7 @@ def rate_limit(
         fail=fail,
         shadow=shadow,
         lease=lease,
+        metering=metering,
     )
     make_guard = functools.partial(
         Guard,

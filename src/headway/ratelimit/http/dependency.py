@@ -29,6 +29,7 @@ from starlette.responses import Response
 from headway.ratelimit.backends.contract import RateLimitBackend
 from headway.ratelimit.http.guard import DecisionHook, Guard
 from headway.ratelimit.http.identity import Identity
+from headway.ratelimit.http.metering import Metering, pending_settles
 from headway.ratelimit.http.refusals import RefusalHook
 from headway.ratelimit.http.routes import routed_template
 from headway.ratelimit.http.rules import (
@@ -145,6 +146,10 @@ class RateLimitDependency:
         lease: Take the quota from the backend in chunks and decide in process
             (``Leasing``; exact, see docs/ratelimit.md); not for sliding logs. Default
             None.
+        metering: Reserve an estimate per request and settle the actual cost when
+            FastAPI runs the dependency's exit code, after the response (``Metering``:
+            the units reported to the request's ``Meter``, or a header set on the
+            injected ``Response``). Default None.
 
     Raises:
         TypeError: Both ``policies`` and ``named``, a policies function with other
@@ -168,6 +173,7 @@ class RateLimitDependency:
         limiter: LimiterSettings | None = None,
         on_refusal: RefusalHook | None = None,
         lease: Leasing | None = None,
+        metering: Metering | None = None,
     ) -> None:
         rule = Rule(
             given_policies(policies, named),
@@ -178,6 +184,7 @@ class RateLimitDependency:
             fail=fail,
             shadow=shadow,
             lease=lease,
+            metering=metering,
         )
         self.rule = rule
         self.guard = Guard(
@@ -227,4 +234,6 @@ class RateLimitDependency:
             yield
         finally:
             if slots is not None:
+                if (meter := pending_settles(scope)) is not None:
+                    meter.response(response.status_code or 200, response.raw_headers)
                 await slots.aclose()

@@ -14,6 +14,7 @@ estimate (nothing changes). A request another rule refused settles at 0: it neve
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
@@ -22,14 +23,23 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.datastructures import Headers
 from starlette.requests import HTTPConnection
+from starlette.responses import Response
 
-from headway._http import Scope
+from headway._http import Receive, Scope, Send
 
 if TYPE_CHECKING:
     from headway.ratelimit.limiter import RateLimiter
     from headway.ratelimit.reservation import Reservation
 
-__all__ = ["METER", "ActualFunction", "EstimateFunction", "Meter", "Metering"]
+__all__ = [
+    "METER",
+    "ActualFunction",
+    "EstimateFunction",
+    "Meter",
+    "Metering",
+    "pending_settles",
+    "settled_later",
+]
 
 log = logging.getLogger("headway.ratelimit")
 
@@ -209,6 +219,55 @@ class Meter:
                 await limiter.settle(reservation, self.actual(metering, reservation.estimate))
             except Exception:  # a bad value from the app's function: the estimate stays
                 log.exception("rate limit: could not settle %r", reservation)
+
+
+def settled_later(
+    slots: contextlib.AsyncExitStack | None, scope: Scope, result: object, sub_response: object
+) -> bool:
+    """For the decorator: note a metered request's response; whether ``slots`` (its
+    settles) must wait for it to be sent (else the caller closes them now).
+
+    A returned ``Response`` (streamed or not) settles once it has been sent, or its client
+    has left (``_close_after``), with its status and headers; a value FastAPI serializes
+    settles now, with the sub-response's.
+    """
+    meter = pending_settles(scope)
+    if meter is None or slots is None:
+        return False
+    if isinstance(result, Response):
+        meter.response(result.status_code, result.raw_headers)
+        _close_after(result, slots)
+        return True
+    if isinstance(sub_response, Response):
+        meter.response(sub_response.status_code or 200, sub_response.raw_headers)
+    else:
+        meter.response(200, [])
+    return False
+
+
+#: Per response class, its subclass that closes the request's stack once it is sent.
+_CLOSING: dict[type[Response], type[Response]] = {}
+
+
+def _close_after(response: Response, stack: contextlib.AsyncExitStack) -> None:
+    """Make ``response`` close ``stack`` after it is sent (its class swapped for a subclass
+    of the same layout: the framework sends what the handler returned)."""
+    cls = type(response)
+    closing = _CLOSING.get(cls)
+    if closing is None:
+
+        async def send_then_close(
+            self: Response, scope: Scope, receive: Receive, send: Send
+        ) -> None:
+            try:
+                await cls.__call__(self, scope, receive, send)
+            finally:
+                await self.__dict__.pop("_headway_close")()
+
+        namespace = {"__call__": send_then_close, "__module__": cls.__module__}
+        closing = _CLOSING[cls] = type(cls.__name__, (cls,), namespace)
+    response.__dict__["_headway_close"] = stack.aclose
+    response.__class__ = closing
 
 
 def _from_response(actual: str | ActualFunction, status: int, headers: Headers) -> int | None:
