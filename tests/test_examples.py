@@ -206,3 +206,34 @@ async def test_fastapi_example_documents_its_refusals(reports: httpx.AsyncClient
         assert "application/problem+json" in responses["429"]["content"]
         assert "503" in responses  # a policies function may fail closed
         assert "application/problem+json" in responses["422"]["content"]  # invalid_request
+
+
+def test_llm_endpoint_in_memory() -> None:
+    out = run("llm_endpoint.py", HEADWAY_REDIS_URL="")
+    assert "requests answered: 6, refused: 2" in out
+    assert "refused by: ['tokens']" in out
+    assert "small answers: 20 of 21" in out
+
+
+@pytest.mark.redis
+def test_llm_endpoint_on_redis(redis_url: str, sync_redis_client: Any) -> None:
+    out = run("llm_endpoint.py", HEADWAY_REDIS_URL=redis_url)  # on a flushed database
+    assert "requests answered: 6, refused: 2" in out
+    assert "small answers: 20 of 21" in out
+
+
+@pytest.mark.anyio
+async def test_llm_endpoint_settles_the_tokens_streamed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HEADWAY_REDIS_URL", "")
+    example = runpy.run_path(str(EXAMPLES / "llm_endpoint.py"))
+    transport = httpx.ASGITransport(app=example["app"])
+    ask = {"prompt": "word " * 10, "max_tokens": 100}  # 30 tokens streamed
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        first = await client.get("/v1/completions", params=ask, headers={"x-api-key": "k"})
+        second = await client.get("/v1/completions", params=ask, headers={"x-api-key": "k"})
+    assert first.text.count("tok") == 30
+    # Sent before the stream: 100 reserved of 2,000. The next one sees 30 settled, then
+    # its own 100 reserved (and the refill since: 2,000 a minute).
+    assert '"tokens";r=1900;' in first.headers["ratelimit"]
+    left = int(second.headers["ratelimit"].split('"tokens";r=')[1].split(";")[0])
+    assert 1870 <= left <= 1875
