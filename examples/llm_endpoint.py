@@ -100,7 +100,7 @@ async def demo() -> None:
 
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://demo") as client:
-        ask = {"prompt": "word " * 100, "max_tokens": 400}  # each answer: 300 tokens
+        ask: dict[str, str | int] = {"prompt": "word " * 100, "max_tokens": 400}  # 300 tokens each
         codes = []
         for _ in range(8):
             response = await client.get("/v1/completions", params=ask, headers={"x-api-key": "a"})
@@ -108,7 +108,7 @@ async def demo() -> None:
         # 2,000 tokens a minute: each request reserves 400 and settles 300. Six fit.
         print(f"requests answered: {codes.count(200)}, refused: {codes.count(429)}")
         print(f"refused by: {response.json()['violated-policies']}")
-        small = {"prompt": "hi", "max_tokens": 5}
+        small: dict[str, str | int] = {"prompt": "hi", "max_tokens": 5}
         answers = [
             await client.get("/v1/completions", params=small, headers={"x-api-key": "b"})
             for _ in range(21)

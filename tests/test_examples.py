@@ -227,7 +227,7 @@ async def test_llm_endpoint_settles_the_tokens_streamed(monkeypatch: pytest.Monk
     monkeypatch.setenv("HEADWAY_REDIS_URL", "")
     example = runpy.run_path(str(EXAMPLES / "llm_endpoint.py"))
     transport = httpx.ASGITransport(app=example["app"])
-    ask = {"prompt": "word " * 10, "max_tokens": 100}  # 30 tokens streamed
+    ask: dict[str, str | int] = {"prompt": "word " * 10, "max_tokens": 100}  # 30 tokens
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
         first = await client.get("/v1/completions", params=ask, headers={"x-api-key": "k"})
         second = await client.get("/v1/completions", params=ask, headers={"x-api-key": "k"})
