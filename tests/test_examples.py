@@ -208,17 +208,26 @@ async def test_fastapi_example_documents_its_refusals(reports: httpx.AsyncClient
         assert "application/problem+json" in responses["422"]["content"]  # invalid_request
 
 
-def test_llm_endpoint_in_memory() -> None:
-    out = run("llm_endpoint.py", HEADWAY_REDIS_URL="")
+@pytest.fixture(params=["memory", "redis"])
+def llm_example(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The LLM example's module, its limits in memory or on the test Redis (flushed)."""
+    url = "" if request.param == "memory" else request.getfixturevalue("redis_url")
+    if url:
+        request.getfixturevalue("sync_redis_client")  # flushes the database
+    monkeypatch.setenv("HEADWAY_REDIS_URL", url)
+    # In process (as the payments and FastAPI examples): a new interpreter takes seconds
+    # to import FastAPI and redis-py on a loaded machine.
+    return runpy.run_path(str(EXAMPLES / "llm_endpoint.py"))
+
+
+@pytest.mark.anyio
+async def test_llm_endpoint_demo(
+    llm_example: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    await llm_example["demo"]()
+    out = capsys.readouterr().out
     assert "requests answered: 6, refused: 2" in out
     assert "refused by: ['tokens']" in out
-    assert "small answers: 20 of 21" in out
-
-
-@pytest.mark.redis
-def test_llm_endpoint_on_redis(redis_url: str, sync_redis_client: Any) -> None:
-    out = run("llm_endpoint.py", HEADWAY_REDIS_URL=redis_url)  # on a flushed database
-    assert "requests answered: 6, refused: 2" in out
     assert "small answers: 20 of 21" in out
 
 
