@@ -231,9 +231,19 @@ class RedisRateLimitBackend:
         self, key: str, policies: Sequence[Policy], costs: Sequence[int]
     ) -> tuple[Decision, int]:
         """Reserve (see ``ReservingBackend.reserve``): one call of ``ratelimit/reserve.lua``."""
-        keys, args = reserve_call(key, policies, costs, _micros(self.clock))
+        script: Script
+        keys: Sequence[str]
+        args: Sequence[int | str] | Packed
+        if self.clock is None and isinstance(policies, PolicySet):
+            # A limiter's call: its arguments packed once per set of costs (as ``decide``).
+            packing = self._packing(policies)
+            script, args = packing.reserve_script, packing.packed_reserve(tuple(costs))
+            keys = tuple(state_keys(key, policies))
+        else:
+            script = reserve_script(policies)
+            keys, args = reserve_call(key, policies, costs, _micros(self.clock))
         try:
-            reply = await self._wires.call(reserve_script(policies), keys, args)
+            reply = await self._wires.call(script, keys, args)
         except UNAVAILABLE as exc:
             raise unavailable(exc) from exc
         return decision_from_reply(reply[:-1], policies), int(reply[-1])

@@ -169,7 +169,10 @@ def _kept(cache: dict[Any, Packed], key: Any, packed: Packed, bound: int) -> Pac
 class Packing:
     """What the calls of one policy set send, packed once: script, arguments, state keys."""
 
-    __slots__ = ("args", "keys", "lease_args", "lease_script", "policies", "script")
+    __slots__ = (
+        "args", "keys", "lease_args", "lease_script", "policies", "reserve_args",
+        "reserve_script", "script",
+    )  # fmt: skip
 
     def __init__(self, policies: PolicySet) -> None:
         self.policies = policies
@@ -178,6 +181,8 @@ class Packing:
         self.keys: dict[str, Packed] = {}
         self.lease_script: Script | None = None  # made on the first lease (if leasable)
         self.lease_args: dict[tuple[int, Leasing], Packed] = {}
+        self.reserve_script = reserve_script(policies)
+        self.reserve_args: dict[tuple[int, ...], Packed] = {}
 
     def packed_args(self, cost: int, peek: bool) -> Packed:
         # Costs vary little; a caller that varies them a lot pays packing.
@@ -192,6 +197,12 @@ class Packing:
             (cost, leasing),
             pack(lease_call("", self.policies, cost, leasing, (0, ()), None)[1]),
             64,
+        )
+
+    def packed_reserve(self, costs: tuple[int, ...]) -> Packed:
+        # An endpoint's estimates repeat (its max_tokens): packed once each, a few kept.
+        return self.reserve_args.get(costs) or _kept(
+            self.reserve_args, costs, pack(reserve_call("", self.policies, costs, None)[1]), 64
         )
 
     def packed_keys(self, key: str) -> Packed:
