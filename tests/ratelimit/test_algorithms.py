@@ -29,6 +29,7 @@ from headway.ratelimit.policies import Policy
 COMMON = Script("ratelimit/common").source
 CLOCK = Script("clock").source
 LEASING = Script("ratelimit/leasing").source
+SETTLING = Script("ratelimit/settling").source
 
 
 def _header(source: str) -> str:
@@ -113,6 +114,25 @@ def test_each_algorithm_says_how_it_is_leased_and_its_lease_fragment_registers_t
     needs = _needs(header)
     for library, names in (("ratelimit/common.lua", _defined_by(COMMON)),
                            ("ratelimit/leasing.lua", _defined_by(LEASING))):  # fmt: skip
+        used = {name for name in names if re.search(rf"\b{name}\b", body)}
+        assert used == needs.get(library, set()), library
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS, ids=lambda a: a.policy.name)
+def test_each_algorithms_settle_fragment_registers_its_kind_and_says_its_rule(
+    algorithm: Algorithm,
+) -> None:
+    source = Script(algorithm.settle_fragment).source
+    header = _header(source)
+    body = source[len(header) :]
+    assert re.findall(r"^settling\[(\d+)\] = ", body, re.MULTILINE) == [str(algorithm.kind)]
+    assert f"REGISTERS   settling[{algorithm.kind}]" in header
+    assert "-- RULE" in header  # the settle rule, in words (docs/ratelimit.md's table)
+    assert f"string_state = {str(algorithm.string_state).lower()}" in body
+    assert algorithm.settle is getattr(settle_model, algorithm.policy.name)
+    needs = _needs(header)
+    for library, names in (("ratelimit/common.lua", _defined_by(COMMON)),
+                           ("ratelimit/settling.lua", _defined_by(SETTLING))):  # fmt: skip
         used = {name for name in names if re.search(rf"\b{name}\b", body)}
         assert used == needs.get(library, set()), library
 

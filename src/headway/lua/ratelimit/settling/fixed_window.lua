@@ -1,7 +1,6 @@
 -- Settling a fixed window: a fragment of ratelimit/settle.lua (not run alone); its model
 -- is settle_model.fixed_window.
--- NEEDS       from ratelimit/common.lua: idiv; from ratelimit/settling.lua: settling,
---             adjusted
+-- NEEDS       from ratelimit/common.lua: idiv; from ratelimit/settling.lua: settling, adjusted
 -- REGISTERS   settling[3] (kind 3 in ratelimit/algorithms.py)
 -- RULE        only while the reservation's window is the current one: its count falls by
 --             the refund (floor 0) or rises by the rest, past the limit if need be (debt

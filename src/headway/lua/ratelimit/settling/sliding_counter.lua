@@ -1,7 +1,6 @@
 -- Settling a sliding counter: a fragment of ratelimit/settle.lua (not run alone); its
 -- model is settle_model.sliding_counter.
--- NEEDS       from ratelimit/common.lua: idiv; from ratelimit/settling.lua: settling,
---             adjusted
+-- NEEDS       from ratelimit/common.lua: idiv; from ratelimit/settling.lua: settling, adjusted
 -- REGISTERS   settling[5] (kind 5 in ratelimit/algorithms.py)
 -- RULE        the count of the reservation's window changes while it weighs: as the
 --             current window's (c), or, in the window after, as the previous one's (p);
