@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
+
+import anyio
 import pytest
+from redis import asyncio as aioredis
 
 from headway import (
     Decision,
@@ -21,7 +26,7 @@ from headway import (
 from headway.ratelimit.policies import Policy
 from tests.ratelimit.conftest import BackendFactory
 from tests.ratelimit.toy_backend import DictBackend
-from tests.servers import free_port
+from tests.servers import Server, free_port
 from tests.windows import NO_ROLLOVER
 
 pytestmark = [pytest.mark.anyio, pytest.mark.needs("reserve")]
@@ -148,3 +153,28 @@ def test_the_sync_limiter_reserves_and_settles() -> None:
     assert limiter.settle(reservation, 130)
     assert not limiter.reserve("k", 1)
     assert "settled" in repr(reservation)
+
+
+@pytest.mark.redis
+async def test_a_stalled_redis_reserves_and_settles_within_the_budget(own_server: Server) -> None:
+    # No socket timeout: only the limiter's budget can end the calls (its fast path's).
+    client = aioredis.Redis.from_url(own_server.url)
+    limiter = RateLimiter(REQUESTS, TOKENS, backend=RedisRateLimitBackend(client), budget=0.2)
+    first = await limiter.reserve("k", 10)
+    assert first.decision.source is Source.BACKEND
+    os.kill(own_server.pid, signal.SIGSTOP)
+    try:
+        with anyio.fail_after(2):
+            stalled = await limiter.reserve("k", 10)
+            settled = await limiter.settle(first, 3)
+    finally:
+        os.kill(own_server.pid, signal.SIGCONT)
+    assert stalled.decision.source is Source.FAILED_OPEN
+    assert stalled.charged == (0, 0)  # nothing to settle
+    assert not settled  # not known to be applied: the server may run it once it resumes
+    recovered = await limiter.peek("k")
+    assert recovered.source is Source.BACKEND
+    # The first estimate, refunded or not; the stalled reservation, charged or not: each
+    # call written runs at most once, whatever its caller was told.
+    assert recovered.policies[1].remaining in {80, 87, 90, 97}
+    await client.aclose()

@@ -86,6 +86,9 @@ class RateLimiter(Shell):
         # Only a fast path's futures are read: without one, ``_read`` is never called.
         self._read = decision_from_reply if fast is None else fast.read
         self._failures = () if fast is None else fast.failures
+        # Its reservations' calls, started the same way (when it offers them).
+        self._reserve = None if fast is None else fast.reserve
+        self._settle = None if fast is None else fast.settle
 
     async def decide(self, key: str, cost: int = 1, *, peek: bool = False) -> Decision:
         """``hit`` (or, with ``peek``, ``peek``) in one call: for callers choosing per call.
@@ -271,9 +274,18 @@ class RateLimiter(Shell):
         """
         costs, expires = self._reserving(key, estimate, ttl)
         backend: ReservingBackend = self.backend  # type: ignore[assignment]
+        reserve = self._reserve
         try:
-            decision, at_us = await within(self.budget, backend.reserve(key, self.policies, costs))
-        except (TimeoutError, BackendUnavailable):
+            started = None if reserve is None else reserve(key, self.policies, costs, self.budget)
+            if started is not None:  # written at once: the budget is the call's timeout
+                reply = await started
+                decision, at_us = decision_from_reply(reply[:-1], self.policies), reply[-1]
+            else:
+                call = backend.reserve(key, self.policies, costs)
+                decision, at_us = await within(self.budget, call)
+        except (TimeoutError, BackendUnavailable):  # the budget ran out, or the backend failed
+            return self._reservation(key, self._failed(), costs, estimate, None, expires)
+        except self._failures:  # a future from the fast path failed
             return self._reservation(key, self._failed(), costs, estimate, None, expires)
         return self._reservation(key, decision, costs, estimate, at_us, expires)
 
@@ -285,7 +297,8 @@ class RateLimiter(Shell):
         may take the key past its limit (debt: later calls are refused until it is paid).
         Returns True when the backend applied it (no call when ``actual`` is the
         estimate), False when there was nothing to settle (refused, failure mode,
-        expired) or the backend failed: then the estimate stays charged.
+        expired: the estimate stays charged) or the backend failed or was slower than
+        the budget (then a call already written may still run, once).
 
         Args:
             reservation: What ``reserve`` returned, settled once.
@@ -302,13 +315,27 @@ class RateLimiter(Shell):
         if costs == reservation.charged:
             return True
         backend: ReservingBackend = self.backend  # type: ignore[assignment]
-        assert reservation.at_us is not None
-        call = backend.settle(
-            reservation.key, self.policies, reservation.at_us, reservation.charged, costs
+        key, at_us, charged, settle = (
+            reservation.key,
+            reservation.at_us,
+            reservation.charged,
+            self._settle,
         )
+        assert at_us is not None
         try:
-            reservation.settled_at_us = await within(self.budget, call)
+            started = (
+                None
+                if settle is None
+                else settle(key, self.policies, at_us, charged, costs, self.budget)
+            )
+            if started is not None:
+                reservation.settled_at_us = int(await started)
+            else:
+                call = backend.settle(key, self.policies, at_us, charged, costs)
+                reservation.settled_at_us = await within(self.budget, call)
         except (TimeoutError, BackendUnavailable):
+            return False
+        except self._failures:
             return False
         return True
 

@@ -179,7 +179,9 @@ class RedisRateLimitBackend:
         connection and the server's clock decides."""
         if not self.own_connection or self.clock is not None:
             return None
-        return FastPath(self._submit, decision_from_reply, _FAILURES)
+        return FastPath(
+            self._submit, decision_from_reply, _FAILURES, self._submit_reserve, self._submit_settle
+        )
 
     def _submit(
         self, key: str, policies: PolicySet, cost: int, peek: bool, timeout: float
@@ -196,6 +198,36 @@ class RedisRateLimitBackend:
         packing = self._packing(policies)
         args = packing.packed_args(cost, peek)
         return wire.submit(packing.script, packing.packed_keys(key), args, None, timeout)
+
+    def _submit_reserve(
+        self, key: str, policies: PolicySet, costs: tuple[int, ...], timeout: float
+    ) -> asyncio.Future[Any] | None:
+        """Write a reservation now: the future of ``ratelimit/reserve.lua``'s reply (as
+        ``_submit``), or None when no connection is ready."""
+        wire = self._wires.ready_wire()
+        if wire is None:
+            return None
+        packing = self._packing(policies)
+        args = packing.packed_reserve(costs)
+        return wire.submit(packing.reserve_script, packing.packed_keys(key), args, None, timeout)
+
+    def _submit_settle(
+        self,
+        key: str,
+        policies: PolicySet,
+        at_us: int,
+        charged: tuple[int, ...],
+        actual: tuple[int, ...],
+        timeout: float,
+    ) -> asyncio.Future[Any] | None:
+        """Write a settle now: the future of ``ratelimit/settle.lua``'s reply, or None."""
+        wire = self._wires.ready_wire()
+        if wire is None:
+            return None
+        packing = self._packing(policies)
+        _, args = settle_call(key, policies, at_us, charged, actual, None)
+        keys = packing.packed_keys(key)
+        return wire.submit(settle_script(policies), keys, args, None, timeout)
 
     async def lease(
         self,
