@@ -2,10 +2,11 @@
 
 Forked from the test (``work``): redis-py is imported already, which a new interpreter
 takes seconds to do on a loaded machine. Once connected it waits at a barrier, so that
-every process starts together. For each policy in turn (its own key), ``tasks`` tasks
+every process starts together. For each limiter in turn (its own key), ``tasks`` tasks
 reserve a random estimate, hold it a moment, and settle a random actual cost (a refund,
 the estimate, or more: debt), for ``seconds``. Every step is recorded with the server
-time the script returned (``Reservation.at_us``, ``settled_at_us``): one report per policy.
+time the script returned (``Reservation.at_us``, ``settled_at_us``): one report per
+limiter (a spec: its policies, metered unless said otherwise).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from headway import RateLimiter, RedisRateLimitBackend
 from headway.ratelimit.algorithms import ALGORITHMS
+from headway.ratelimit.policies import Policy
 
 
 async def _run(
@@ -50,17 +52,29 @@ async def _run(
     return {"reserved": reserved, "settled": settled}
 
 
+def policies_of(spec: list[dict[str, Any]]) -> tuple[list[Policy], list[Policy]]:
+    """A spec's policies (``{"name", "args"}`` each, ``"metered": false`` for a request
+    policy), and the metered ones."""
+    policies, metered = [], []
+    for described in spec:
+        policy_class = next(a.policy for a in ALGORITHMS if a.policy.name == described["name"])
+        policies.append(policy_class(*described["args"]))
+        if described.get("metered", True):
+            metered.append(policies[-1])
+    return policies, metered
+
+
 async def _main(
-    url: str, key: str, specs: list[dict[str, Any]], seconds: float, tasks: int, seed: str,
+    url: str, key: str, specs: list[list[dict[str, Any]]], seconds: float, tasks: int, seed: str,
     ready: Barrier,
 ) -> list[dict[str, list[list[int]]]]:  # fmt: skip
     rng = random.Random(seed)
     backend = RedisRateLimitBackend.from_url(url, timeout=10.0)
     limiters = []
     for spec in specs:
-        policy_class = next(a.policy for a in ALGORITHMS if a.policy.name == spec["name"])
+        policies, metered = policies_of(spec)
         # A loaded machine: no failure-mode decisions.
-        limiters.append(RateLimiter(policy_class(*spec["args"]), backend=backend, budget=10.0))
+        limiters.append(RateLimiter(*policies, backend=backend, budget=10.0, metered=metered))
     for limiter in limiters:  # connected, scripts loaded
         await limiter.settle(await limiter.reserve(f"{key}-warm", 1), 2)
     ready.wait()  # every process starts together (a moment's block: nothing else runs)
@@ -72,7 +86,7 @@ async def _main(
 
 
 def work(
-    out: Connection, url: str, key: str, specs: list[dict[str, Any]], seconds: float,
+    out: Connection, url: str, key: str, specs: list[list[dict[str, Any]]], seconds: float,
     tasks: int, seed: str, ready: Barrier,
 ) -> None:  # fmt: skip
     """A forked process's body: run, and send the reports (one per policy) on ``out``."""

@@ -24,7 +24,6 @@ from typing import Any
 import pytest
 
 from headway import FakeClock, SyncMemoryRateLimitBackend
-from headway.ratelimit.algorithms import ALGORITHMS
 from headway.ratelimit.policies import Policy
 from tests.ratelimit import settle_worker
 from tests.ratelimit.strategies import set_us
@@ -32,12 +31,18 @@ from tests.ratelimit.strategies import set_us
 pytestmark = pytest.mark.redis
 
 PROCESSES, TASKS, SECONDS = 4, 8, 0.5
-SPECS = [
-    {"name": "fixed_window", "args": [300, 0.3]},
-    {"name": "sliding_log", "args": [300, 0.3]},
-    {"name": "sliding_counter", "args": [300, 0.3]},
-    {"name": "token_bucket", "args": [60, 600, 1.0]},
-    {"name": "leaky_bucket", "args": [60, 600, 1.0]},
+SPECS: list[list[dict[str, Any]]] = [
+    [{"name": "fixed_window", "args": [300, 0.3]}],
+    [{"name": "sliding_log", "args": [300, 0.3]}],
+    [{"name": "sliding_counter", "args": [300, 0.3]}],
+    [{"name": "token_bucket", "args": [60, 600, 1.0]}],
+    [{"name": "leaky_bucket", "args": [60, 600, 1.0]}],
+    # Requests and tokens per minute in one call: the request policy charged 1 per
+    # reservation and never settled, the token policy the estimate, then settled.
+    [
+        {"name": "fixed_window", "args": [60, 0.3], "metered": False},
+        {"name": "token_bucket", "args": [60, 600, 1.0]},
+    ],
 ]
 # (time, order, kind, ...): a reservation (kind 0: estimate, allowed, remaining) or a
 # settle (kind 1: the reservation's time, estimate, actual).
@@ -131,7 +136,7 @@ def check_bucket(policy: Policy, steps: Sequence[Step]) -> None:
             charged += x
 
 
-def replay(policy: Policy, steps: Sequence[Step]) -> int:
+def replay(policies: Sequence[Policy], metered: Sequence[Policy], steps: Sequence[Step]) -> int:
     """The model, step for step at the server's times: the same admissions. Returns how
     many were refused."""
     clock = FakeClock()
@@ -140,26 +145,37 @@ def replay(policy: Policy, steps: Sequence[Step]) -> int:
     for t, _, kind, x, y, z in steps:
         set_us(clock, t)
         if kind == 1:
-            model.settle("k", [policy], x, [y], [z])
+            charged = [y if p in metered else 1 for p in policies]
+            actual = [z if p in metered else 1 for p in policies]
+            model.settle("k", policies, x, charged, actual)
             continue
-        decision, _ = model.reserve("k", [policy], [x])
-        assert (int(decision.allowed), decision.remaining) == (y, z), (policy, t, x)
+        costs = [x if p in metered else 1 for p in policies]
+        decision, _ = model.reserve("k", policies, costs)
+        assert (int(decision.allowed), decision.remaining) == (y, z), (policies, t, x)
         refused += not decision.allowed
     return refused
+
+
+def _as_charged(policy: Policy, metered: bool, steps: Sequence[Step]) -> list[Step]:
+    """The steps as ``policy`` sees them: a request policy is charged 1 and never settled."""
+    if metered:
+        return list(steps)
+    return [(t, o, 0, 1, y, z) for t, o, kind, _, y, z in steps if kind == 0]
 
 
 def test_processes_reserving_and_settling_never_pass_the_limit(redis_url: str) -> None:
     reports = _run(redis_url)
     for i, spec in enumerate(SPECS):
-        algorithm = next(a for a in ALGORITHMS if a.policy.name == spec["name"])
-        policy = algorithm.policy(*spec["args"])  # type: ignore[arg-type]
+        policies, metered = settle_worker.policies_of(spec)
         steps = _steps([r[i] for r in reports])
-        if policy.name in ("token_bucket", "leaky_bucket"):
-            check_bucket(policy, steps)
-        else:
-            check_windows(policy, steps)
+        for policy in policies:
+            charged = _as_charged(policy, policy in metered, steps)
+            if policy.name in ("token_bucket", "leaky_bucket"):
+                check_bucket(policy, charged)
+            else:
+                check_windows(policy, charged)
         settled = sum(1 for s in steps if s[2] == 1)
-        refused = replay(policy, steps)
+        refused = replay(policies, metered, steps)
         # Enough happened: many settles of each kind, and demand above the limit.
-        assert settled >= 100, (policy, settled)
-        assert refused >= 50, (policy, refused)
+        assert settled >= 50, (policies, settled)
+        assert refused >= 50, (policies, refused)
