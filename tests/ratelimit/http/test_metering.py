@@ -285,3 +285,42 @@ async def test_fastapi_values_and_streams_settle_through_decorator_and_dependenc
     assert (await value.guard.rules[0].limiter.peek("value/user")).remaining == 991  # type: ignore[attr-defined]
     # FastAPI runs a dependency's exit code after the response is sent: all 80 units.
     assert (await dependency.guard.rules[0].limiter.peek("dep/user")).remaining == 920  # type: ignore[union-attr]
+
+
+async def test_a_cost_sent_in_the_trailers_is_settled_after_them(backend: RateLimitBackend) -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [], "trailers": True})
+        await send({"type": "http.response.body", "body": b"tok tok", "more_body": False})
+        # Not settled yet: the cost comes in the trailers.
+        assert (await left_of(limiter)) == (99, 950)
+        await send({"type": "http.response.trailers", "headers": [(b"x-tokens-used", b"11")]})
+
+    rule = Rule(
+        {"requests": REQUESTS, "tokens": TOKENS},
+        name="llm",
+        identity=lambda scope: "user",
+        metering=Metering(estimate=50, policies=["tokens"]),
+    )
+    middleware = RateLimitMiddleware(app, rules=[rule], backend=backend)
+    limiter = middleware.guard.rules[0].limiter
+    assert limiter is not None
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Message) -> None:
+        pass
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+        "scheme": "http", "path": "/", "raw_path": b"/", "root_path": "", "query_string": b"",
+        "headers": [], "client": ("192.0.2.1", 1), "server": ("test", 80),
+        "extensions": {"http.response.trailers": {}},
+    }  # fmt: skip
+    await middleware(scope, receive, send)
+    assert await left_of(limiter) == (99, 989)
+
+
+async def left_of(limiter: Any) -> tuple[int, int]:
+    parts = (await limiter.peek("llm/user")).policies
+    return parts[0].remaining, parts[1].remaining
