@@ -19,6 +19,7 @@ import redis
 from redis import asyncio as aioredis
 
 from tests.servers import RedisServers
+from tests.workers import Isolated
 
 REDIS_URL = os.environ.get("HEADWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_URL = os.environ.get(
@@ -36,6 +37,29 @@ def need(service: str, why: str) -> None:
     if IN_CI:
         pytest.fail(f"{message} (CI is set: every service must be up)", pytrace=False)
     pytest.skip(message)
+
+
+_isolated: Isolated | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, give this worker services of its own (``tests.workers``)."""
+    global REDIS_URL, POSTGRES_URL, MYSQL_URL, _isolated
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        return
+    _isolated = Isolated(worker, REDIS_URL, POSTGRES_URL, MYSQL_URL)
+    REDIS_URL, POSTGRES_URL, MYSQL_URL = (
+        _isolated.redis_url, _isolated.postgres_url, _isolated.mysql_url,
+    )  # fmt: skip
+    os.environ["HEADWAY_TEST_REDIS_URL"] = REDIS_URL
+    os.environ["HEADWAY_TEST_DATABASE_URL"] = POSTGRES_URL
+    os.environ["HEADWAY_TEST_MYSQL_URL"] = MYSQL_URL
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _isolated is not None:
+        _isolated.close()
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any) -> None:

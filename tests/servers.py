@@ -45,6 +45,10 @@ def free_cluster_port() -> int:
     raise RuntimeError("no free port pair for a cluster node")
 
 
+class _PortTaken(RuntimeError):
+    """The port was free when chosen, and taken before the server bound it."""
+
+
 @dataclass
 class Server:
     port: int
@@ -74,9 +78,17 @@ class RedisServers:
         """Start one server (no persistence) and wait until it answers PING.
 
         ``config`` is written to a file the server is started with (Sentinel needs one
-        it can rewrite).
+        it can rewrite). A free port chosen here may be taken by another process (an
+        xdist worker) before the server binds it: then another is tried.
         """
-        port = port or free_port()
+        if port is not None:
+            return self._start(port, extra, config)
+        for _ in range(4):
+            with contextlib.suppress(_PortTaken):
+                return self._start(free_port(), extra, config)
+        return self._start(free_port(), extra, config)
+
+    def _start(self, port: int, extra: tuple[str, ...], config: str | None) -> Server:
         folder = self.workdir / str(port)
         folder.mkdir(exist_ok=True)
         conf: list[str] = []
@@ -103,6 +115,9 @@ class RedisServers:
                 client.ping()
                 break
             except redis.ConnectionError:
+                if process.poll() is not None and not _bindable(port):
+                    self.started.remove(server)
+                    raise _PortTaken(port) from None
                 if time.monotonic() > deadline or process.poll() is not None:
                     raise RuntimeError(f"redis-server on port {port} did not start") from None
                 time.sleep(0.02)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from headway import RecordStore, _migrations
 from headway.cli import main
@@ -83,7 +84,7 @@ def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
 
 
 def test_help_reads_as_plain_text(capsys: pytest.CaptureFixture[str]) -> None:
-    for argv in ([], ["demo"], ["migrate"], ["purge"], ["forget"]):
+    for argv in ([], ["demo"], ["migrate"], ["purge"], ["forget"], ["lock"], ["ratelimit"]):
         with pytest.raises(SystemExit) as exit_:
             main([*argv, "--help"])
         assert exit_.value.code == 0
@@ -117,6 +118,7 @@ def test_downgrade_without_a_revision_is_a_usage_error(
 @pytest.mark.postgres
 def test_a_password_is_never_printed(postgres_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     url = make_url(postgres_url).set(password="s3cret-pw")  # the server trusts the user
+    asyncio.run(_unmigrated(postgres_url))  # other tests may have left their tables
     assert main(["migrate", url.render_as_string(hide_password=False)]) == 0
     out = capsys.readouterr().out
     assert "s3cret-pw" not in out
@@ -220,3 +222,13 @@ def test_the_console_script_writes_one_line_for_a_table_never_migrated(tmp_path:
         f"headway: the idempotency table headway_idempotency_records does not exist: "
         f"run `headway migrate {url}`"
     ]
+
+
+async def _unmigrated(url: str) -> None:
+    engine = create_async_engine(url)
+    try:
+        async with engine.begin() as connection:
+            for table in ("headway_idempotency_records", "alembic_version"):
+                await connection.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
+    finally:
+        await engine.dispose()

@@ -2,6 +2,7 @@
 
 import asyncio
 import os
+import re
 import runpy
 import subprocess
 import sys
@@ -52,6 +53,41 @@ def test_nightly_job_on_redis(redis_url: str) -> None:
     out = run("nightly_job.py", HEADWAY_REDIS_URL=redis_url)
     assert "3 reports in 3 nights" in out
     assert out.count("skipped, another instance has it") == 6
+
+
+WEBSOCKET_CHAT = [
+    "polite client: 5 messages received by the app",
+    "flooding client: 15 received, then closed with 1008 (rate limited)",
+]
+
+
+def test_websocket_chat_in_memory() -> None:
+    # In memory only: tests/ratelimit/http/test_websocket.py runs the middleware on Redis,
+    # and a second run of this script would add ~2 s of imports and test nothing more.
+    assert run("websocket_chat.py", HEADWAY_REDIS_URL="").splitlines() == WEBSOCKET_CHAT
+
+
+#: What leader_worker.py prints, term numbers aside (they differ by backend).
+LEADERS = [
+    "replica-0: leads, term N",
+    "replica-0: resigns (SIGTERM)",
+    "replica-1: leads, term N",
+    "replica-1: steps down",
+    "replica-2: leads, term N",
+    "replica-2: steps down",
+    "7 batches in 3 terms",
+]
+
+
+def test_leader_worker_in_memory() -> None:
+    out = run("leader_worker.py", HEADWAY_REDIS_URL="")
+    assert re.sub(r"term \d+", "term N", out).splitlines() == LEADERS
+
+
+@pytest.mark.redis
+def test_leader_worker_on_redis(redis_url: str) -> None:
+    out = run("leader_worker.py", HEADWAY_REDIS_URL=redis_url)
+    assert re.sub(r"term \d+", "term N", out).splitlines() == LEADERS
 
 
 async def create_table(url: str) -> None:

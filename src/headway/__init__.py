@@ -57,8 +57,16 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         SyncModalLockBackend,
     )
     from headway.lock.decorator import LockDecorator, SyncLockDecorator, current_lease, locked
+    from headway.lock.election import Election, Leader, Leadership
+    from headway.lock.election_sync import SyncElection, SyncLeadership
     from headway.lock.events import LockEvent, LockEventKind, LockHook
     from headway.lock.fencing import fenced_update, fenced_update_statement, fenced_update_sync
+    from headway.lock.introspection import (
+        Holder,
+        InspectableLockBackend,
+        LockState,
+        SyncInspectableLockBackend,
+    )
     from headway.lock.lease import Lease
     from headway.lock.lock import Lock, SyncLock
     from headway.lock.modes import LockMode
@@ -102,6 +110,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.ratelimit.http.middleware import RateLimitMiddleware
     from headway.ratelimit.http.refusals import RefusalContext, RefusalHook
     from headway.ratelimit.http.rules import LimiterSettings, PolicyFunction, Rule
+    from headway.ratelimit.http.websocket import WebSocketRateLimitMiddleware
+    from headway.ratelimit.http.websocket_rules import WebSocketRule
     from headway.ratelimit.leasing import Leasing
     from headway.ratelimit.limiter import RateLimiter
     from headway.ratelimit.policies import (
@@ -160,7 +170,15 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "SyncModalLockBackend",
     ),
     "headway.lock.decorator": ("LockDecorator", "SyncLockDecorator", "current_lease", "locked"),
+    "headway.lock.election": ("Election", "Leader", "Leadership"),
+    "headway.lock.election_sync": ("SyncElection", "SyncLeadership"),
     "headway.lock.fencing": ("fenced_update", "fenced_update_statement", "fenced_update_sync"),
+    "headway.lock.introspection": (
+        "Holder",
+        "InspectableLockBackend",
+        "LockState",
+        "SyncInspectableLockBackend",
+    ),
     "headway.lock.lease": ("Lease",),
     "headway.lock.lock": ("Lock", "SyncLock"),
     "headway.lock.modes": ("LockMode",),
@@ -193,6 +211,8 @@ _MODULES: dict[str, tuple[str, ...]] = {
     ),
     "headway.ratelimit.http.middleware": ("RateLimitMiddleware",),
     "headway.ratelimit.http.rules": ("LimiterSettings", "PolicyFunction", "Rule"),
+    "headway.ratelimit.http.websocket": ("WebSocketRateLimitMiddleware",),
+    "headway.ratelimit.http.websocket_rules": ("WebSocketRule",),
     "headway.ratelimit.leasing": ("Leasing",),
     "headway.ratelimit.limiter": ("RateLimiter",),
     "headway.ratelimit.reservation": ("Reservation",),
@@ -255,6 +275,7 @@ __all__ = [
     "DatabaseNotMigrated",
     "Decision",
     "DecisionHook",
+    "Election",
     "EtcdLockBackend",
     "FakeClock",
     "FingerprintFunction",
@@ -262,6 +283,7 @@ __all__ = [
     "ForgetOutcome",
     "Grant",
     "HeadwayError",
+    "Holder",
     "IdempotencyError",
     "IdempotencyEvent",
     "IdempotencyEventKind",
@@ -271,7 +293,10 @@ __all__ = [
     "IdempotencyMiddleware",
     "IdempotentDecorator",
     "Identity",
+    "InspectableLockBackend",
     "JsonSerializer",
+    "Leader",
+    "Leadership",
     "LeakyBucket",
     "Lease",
     "Leasing",
@@ -288,6 +313,7 @@ __all__ = [
     "LockMode",
     "LockNotAcquired",
     "LockNotOwned",
+    "LockState",
     "MemoryLockBackend",
     "MemoryRateLimitBackend",
     "Meter",
@@ -332,6 +358,9 @@ __all__ = [
     "Source",
     "SyncConcurrencyBackend",
     "SyncConcurrencyLimiter",
+    "SyncElection",
+    "SyncInspectableLockBackend",
+    "SyncLeadership",
     "SyncLeasingBackend",
     "SyncLock",
     "SyncLockBackend",
@@ -348,6 +377,8 @@ __all__ = [
     "SyncReservingBackend",
     "SyncSemaphore",
     "TokenBucket",
+    "WebSocketRateLimitMiddleware",
+    "WebSocketRule",
     "ZooKeeperLockBackend",
     "by_credentials",
     "current_lease",

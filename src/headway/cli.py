@@ -1,4 +1,5 @@
-"""The ``headway`` command: migrate, purge and forget idempotency records; play the demo.
+"""The ``headway`` command: migrate, purge and forget idempotency records; play the demo;
+look at a lock or a rate-limit key (``lock``, ``ratelimit``: ``_inspect_cli``).
 
 A database it cannot use (a sync URL, a driver not installed, a server it cannot reach, a
 table never migrated) is one line on stderr saying what to do, and exit status 2.
@@ -14,20 +15,23 @@ import sys
 from collections.abc import Callable, Sequence
 
 from alembic.util.exc import CommandError
+from redis.exceptions import RedisError
 from sqlalchemy import exc as sa_exc
 
-from headway import __version__, _demo, _migrations
+from headway import __version__, _demo, _inspect_cli, _migrations
 from headway._database import shown
 from headway._errors import BackendUnavailable, DatabaseNotMigrated
 from headway.idempotency.record import ForgetOutcome
 
 DESCRIPTION = (
     "headway's command: create and upgrade the idempotency records table (migrate), "
-    "delete expired records (purge) or one record (forget), and play the demo."
+    "delete expired records (purge) or one record (forget), play the demo, and show who "
+    "holds a lock (lock) or a rate-limit key's state (ratelimit)."
 )
 EPILOG = (
-    "Exit status: 0 done; 1 forget removed no record; 2 a usage error, or a database "
-    "that could not be used (the reason on stderr, in one line)."
+    "Exit status: 0 done; 1 forget removed no record; 2 a usage error, or a server that "
+    "could not be used (the reason on stderr, in one line); 1 also for a ratelimit --reset "
+    "not confirmed."
 )
 URL_HELP = (
     "an async SQLAlchemy URL, e.g. postgresql+asyncpg://user@host/db or "
@@ -118,6 +122,17 @@ def explain(exc: BaseException, url: str) -> str:
     return f"the database at {shown(url)} refused: {reason}"
 
 
+def _look(args: argparse.Namespace) -> int:
+    """Run ``lock`` or ``ratelimit``: a server it cannot use is one line, status 2."""
+    try:
+        if args.command == "lock":
+            return _inspect_cli.lock(args)
+        return _inspect_cli.ratelimit(args)
+    except (*FAILURES, TimeoutError, ConnectionError, RedisError) as exc:
+        print(f"headway: {_inspect_cli.explain(exc, args.url, args.timeout)}", file=sys.stderr)
+        return 2
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, str], int]] = {
     "migrate": migrate,
     "purge": purge,
@@ -138,6 +153,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "scenes", nargs="*", metavar="SCENE", help=f"scenes to play: {', '.join(_demo.SCENES)}"
     )
+    _inspect_cli.add_commands(command)
     migrate = command("migrate", "create or upgrade headway's tables in a database")
     migrate.add_argument("url", nargs="?", metavar="URL", help=URL_HELP)
     migrate.add_argument(
@@ -171,6 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"unknown scene {unknown[0]!r}; choose from {', '.join(_demo.SCENES)}")
         asyncio.run(_demo.run(args.scenes or list(_demo.SCENES)))
         return 0
+    if args.command in ("lock", "ratelimit"):
+        return _look(args)
     if args.command == "migrate" and args.downgrade and args.revision is None:
         parser.error("migrate --downgrade needs --revision (e.g. --revision base removes all)")
     url = _url(args.url)

@@ -43,6 +43,9 @@ CAPABILITIES = {
     "fifo": "waiters are granted the lock in the order they asked",
     "fair": "under steady contention every task gets a share (a releaser cannot cut in)",
     "short_ttl": "a lease of a fraction of a second runs out on time",
+    "inspect": "tells who holds a lock and how many wait (InspectableLockBackend)",
+    "owner": "names each holder by its Lock's owner label (Holder.owner)",
+    "line": "keeps its waiters in a line that inspect counts (LockState.waiting)",
 }
 
 
@@ -167,6 +170,7 @@ def fast_zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeep
 
 
 _NO_QUEUE = "no queue of its own: the driver's primitives do not exist"
+_NO_OWNER = "a session's user-level lock keeps no token, and the session no label others read"
 
 #: name -> entry. A new async backend is one entry here.
 LOCK_BACKENDS: dict[str, Entry] = {
@@ -176,6 +180,7 @@ LOCK_BACKENDS: dict[str, Entry] = {
         _redlock,
         lacks={
             "queued": _NO_QUEUE + " (rounds of SET NX on every node)",
+            "line": "no queue: inspect's waiting is always 0",
             "fifo": "no queue: a waiter retries after a random delay, whoever is first wins",
             "fair": "no queue: a releaser asks again at once while rivals sleep their delay",
         },
@@ -193,6 +198,7 @@ LOCK_BACKENDS: dict[str, Entry] = {
         # pinned by test_waiters_are_granted_in_arrival_order), so fifo and fair hold.
         lacks={
             "queued": _NO_QUEUE + " (the server's GET_LOCK waits)",
+            "owner": _NO_OWNER,
             "short_ttl": "the TTL is the session's wait_timeout, in whole seconds: a 0.1 s "
             "lease is held on the server for 1 s",
         },
@@ -206,7 +212,13 @@ LOCK_BACKENDS: dict[str, Entry] = {
     ),
     "zookeeper": Entry(_zookeeper),
     # LockBackend implemented directly from the contract's docstrings (toy_backend.py)
-    "toy": Entry(_toy, lacks={"queued": _NO_QUEUE + " (it implements LockBackend directly)"}),
+    "toy": Entry(
+        _toy,
+        lacks={
+            "queued": _NO_QUEUE + " (it implements LockBackend directly)",
+            "inspect": "the contract's minimum: acquire, release, extend",
+        },
+    ),
 }
 
 
@@ -245,6 +257,7 @@ SYNC_LOCK_BACKENDS: dict[str, Entry] = {
     "mysql": Entry(
         _sync_mysql,
         lacks={
+            "owner": _NO_OWNER,
             "short_ttl": "the TTL is the session's wait_timeout, in whole seconds: a 0.1 s "
             "lease is held on the server for 1 s",
         },

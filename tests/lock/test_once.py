@@ -133,9 +133,11 @@ async def test_each_window_runs_once_across_offset_clocks(lock_backend: LockBack
         await asyncio.sleep(base + window * period + offsets[instance] - time.monotonic())
         await job(window, instance)
 
+    await lock_backend.release(await lock_backend.acquire(_name(), 1, 1))  # connected
     base = time.monotonic()
     await asyncio.gather(*(call(w, i, base) for w in range(3) for i in range(3)))
-    assert runs == [(0, 0), (1, 0), (2, 0)]
+    # One run per window; which instance wins is up to the machine (0 unless it stalls).
+    assert [window for window, _ in runs] == [0, 1, 2]
 
 
 @pytest.mark.needs("short_ttl")

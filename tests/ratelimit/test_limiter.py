@@ -113,6 +113,30 @@ async def test_wait_gives_up_at_once_when_the_timeout_is_too_short(
     assert decision.retry_after > 0.5
 
 
+async def test_concurrent_waits_on_one_key_take_turns_in_call_order(
+    make_backend: BackendFactory,
+) -> None:
+    """Ten waits on an empty bucket refilled every 20 ms: admitted in the order they were
+    called (only the first of the line asks the backend), and one cancelled on the way
+    gives its turn to the next."""
+    limiter = RateLimiter(TokenBucket(1, 1, 0.02), backend=make_backend())
+    assert (await limiter.hit("k")).allowed
+    order: list[int] = []
+
+    async def one(n: int) -> None:
+        decision = await limiter.wait("k", timeout=5)
+        assert decision.allowed
+        order.append(n)
+
+    tasks = [asyncio.ensure_future(one(n)) for n in range(10)]
+    await asyncio.sleep(0)  # every wait has joined the line
+    tasks[4].cancel()
+    await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
+    assert order == [0, 1, 2, 3, 5, 6, 7, 8, 9]
+    assert limiter._lines.lines == {}
+    assert limiter._lines.waiting == 0
+
+
 def test_bad_arguments_are_rejected_before_anything_is_sent() -> None:
     limiter = SyncRateLimiter(FixedWindow(5), TokenBucket(3, 1))
     with pytest.raises(ValueError, match="can never be admitted"):

@@ -6,6 +6,7 @@ import math
 import os
 import secrets
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 __all__ = ["Lease", "check_timeout", "check_ttl", "new_token"]
@@ -57,6 +58,10 @@ class Lease:
         return Lease(self.resource, self.token, self.fence, sent + ttl_ms / 1000, ttl_ms / 1000)
 
 
+#: The owner label new tokens start with, hex-encoded and followed by a dot (set by
+#: ``headway.lock.introspection.owned_by`` for one acquire); "" for none.
+OWNER_PREFIX: ContextVar[str] = ContextVar("headway_lock_owner_prefix", default="")
+
 #: Tokens read ahead from the OS's CSPRNG, 256 per system call. ``list.pop`` is atomic,
 #: so threads never share one, and a forked child starts empty (it must not reuse the
 #: parent's).
@@ -66,10 +71,14 @@ if hasattr(os, "register_at_fork"):  # POSIX; Windows has no fork
 
 
 def new_token() -> str:
-    """128 random bits, hex-encoded: unique per lease, never shared between tasks."""
+    """128 random bits, hex-encoded: unique per lease, never shared between tasks.
+
+    Under ``headway.lock.introspection.owned_by`` the owner label comes first, hex
+    encoded, then a dot: stores keep it with the token, and ``inspect`` reads it back.
+    """
     while True:
         try:
-            return _tokens.pop()
+            return OWNER_PREFIX.get() + _tokens.pop()
         except IndexError:
             raw = secrets.token_hex(16 * 256)
             _tokens.extend(raw[i : i + 32] for i in range(0, len(raw), 32))

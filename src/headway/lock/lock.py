@@ -6,15 +6,26 @@ import contextlib
 import threading
 from collections.abc import Awaitable, Iterator
 from types import TracebackType
+from typing import Any
 
 from headway._clock import Clock, MonotonicClock
 from headway._errors import BackendUnavailable, LockLost, LockNotAcquired, LockNotOwned
 from headway.lock.contract import LockBackend, SyncLockBackend
 from headway.lock.events import LockEvent, LockEventKind, LockHook, report
+from headway.lock.introspection import LockState, check_owner, owned_by
 from headway.lock.lease import Lease, _finite_seconds, check_timeout, check_ttl
 from headway.lock.renewal import Renewal
 
 __all__ = ["Lock", "SyncLock"]
+
+
+def _inspector(backend: object) -> Any:
+    """The backend's ``inspect``, or a TypeError naming what it lacks."""
+    inspect = getattr(backend, "inspect", None)
+    if inspect is None:
+        name = getattr(backend, "name", type(backend).__name__)
+        raise TypeError(f"the {name} lock backend cannot tell who holds a lock (no inspect)")
+    return inspect
 
 
 def _check_hold(ttl: float, renew_every: float | None, max_hold: float | None) -> float:
@@ -44,10 +55,14 @@ class Lock:
             None: ``time.monotonic``.
         on_event: A ``LockHook`` told each acquire's wait and each lease's hold time
             (``LockEvent``); default None: nothing is timed.
+        owner: A label for this lock's holders (1 to 64 printable ASCII characters, e.g.
+            a host name and pid) that ``inspect`` shows to whoever asks who holds the
+            lock; default None: holders are anonymous.
 
     Raises:
         TypeError: ``resource`` is not a str, or seconds of the wrong type.
-        ValueError: ``ttl`` <= 0, ``timeout`` < 0, or either infinite or over a week.
+        ValueError: ``ttl`` <= 0, ``timeout`` < 0, either infinite or over a week, or
+            a bad ``owner``.
     """
 
     def __init__(
@@ -59,6 +74,7 @@ class Lock:
         timeout: float = 10.0,
         clock: Clock | None = None,
         on_event: LockHook | None = None,
+        owner: str | None = None,
     ) -> None:
         check_ttl(ttl)
         check_timeout(timeout)
@@ -68,6 +84,7 @@ class Lock:
         self.resource = resource
         self.ttl = ttl
         self.timeout = timeout
+        self.owner = check_owner(owner)
         self.clock: Clock = clock or MonotonicClock()
         self.on_event = on_event
         # When each lease this lock granted was acquired (by token), for hold times;
@@ -90,6 +107,22 @@ class Lock:
             BackendUnavailable: The backend did not answer.
             ValueError: A bad ``ttl`` or ``timeout``.
         """
+        if self.owner is None:
+            return await self._acquire(timeout, ttl)
+        with owned_by(self.owner):
+            return await self._acquire(timeout, ttl)
+
+    async def inspect(self) -> LockState:
+        """Who holds this lock now, and how many wait (``LockState``).
+
+        Raises:
+            TypeError: The backend cannot tell (it is no ``InspectableLockBackend``).
+            BackendUnavailable: The backend did not answer.
+        """
+        state: LockState = await _inspector(self.backend)(self.resource)
+        return state
+
+    async def _acquire(self, timeout: float | None, ttl: float | None) -> Lease:
         pending = self.backend.acquire(
             self.resource,
             self.ttl if ttl is None else ttl,
@@ -246,10 +279,13 @@ class SyncLock:
             that dies loses the lock after it.
         timeout: How long ``acquire`` waits by default, in seconds (0: a single
             attempt; at most a week); default 10.0.
+        owner: A label for this lock's holders that ``inspect`` shows (as for
+            ``Lock``); default None.
 
     Raises:
         TypeError: Seconds of the wrong type.
-        ValueError: ``ttl`` <= 0, ``timeout`` < 0, or either infinite or over a week.
+        ValueError: ``ttl`` <= 0, ``timeout`` < 0, either infinite or over a week, or
+            a bad ``owner``.
     """
 
     def __init__(
@@ -259,6 +295,7 @@ class SyncLock:
         *,
         ttl: float = 30.0,
         timeout: float = 10.0,
+        owner: str | None = None,
     ) -> None:
         check_ttl(ttl)
         check_timeout(timeout)
@@ -266,6 +303,7 @@ class SyncLock:
         self.resource = resource
         self.ttl = ttl
         self.timeout = timeout
+        self.owner = check_owner(owner)
 
     def __repr__(self) -> str:
         return f"SyncLock({self.resource!r}, backend={self.backend.name}, ttl={self.ttl:g})"
@@ -283,11 +321,22 @@ class SyncLock:
             BackendUnavailable: The backend did not answer.
             ValueError: A bad ``ttl`` or ``timeout``.
         """
-        return self.backend.acquire(
-            self.resource,
-            self.ttl if ttl is None else ttl,
-            self.timeout if timeout is None else timeout,
-        )
+        with owned_by(self.owner):
+            return self.backend.acquire(
+                self.resource,
+                self.ttl if ttl is None else ttl,
+                self.timeout if timeout is None else timeout,
+            )
+
+    def inspect(self) -> LockState:
+        """Who holds this lock now, and how many wait (``LockState``).
+
+        Raises:
+            TypeError: The backend cannot tell (it is no ``SyncInspectableLockBackend``).
+            BackendUnavailable: The backend did not answer.
+        """
+        state: LockState = _inspector(self.backend)(self.resource)
+        return state
 
     def release(self, lease: Lease) -> None:
         """Release ``lease``.

@@ -11,6 +11,7 @@ from __future__ import annotations
 from headway._clock import Clock
 from headway.lock.contract import ModalLockBackend, SyncModalLockBackend
 from headway.lock.events import LockHook
+from headway.lock.introspection import LockState
 from headway.lock.lock import Lock, SyncLock
 from headway.lock.modes import READ, WRITE, ModeKind
 from headway.lock.modes import permits as permits_mode
@@ -47,9 +48,11 @@ class ReadWriteLock:
             None: ``time.monotonic``.
         on_event: A ``LockHook`` told each acquire's wait and each lease's hold time
             (``LockEvent``); default None: nothing is timed.
+        owner: A label for the holders that ``inspect`` shows; default None.
 
     Raises:
-        ValueError: The backend offers no read-write locks, or a bad ``ttl`` or ``timeout``.
+        ValueError: The backend offers no read-write locks, or a bad ``ttl``,
+            ``timeout`` or ``owner``.
     """
 
     def __init__(
@@ -61,17 +64,27 @@ class ReadWriteLock:
         timeout: float = 10.0,
         clock: Clock | None = None,
         on_event: LockHook | None = None,
+        owner: str | None = None,
     ) -> None:
         _require(backend, ("read", "write"), "read-write locks")
         self.read = Lock(
             backend.for_mode(READ), resource, ttl=ttl, timeout=timeout, clock=clock,
-            on_event=on_event,
+            on_event=on_event, owner=owner,
         )  # fmt: skip
         self.write = Lock(
             backend.for_mode(WRITE), resource, ttl=ttl, timeout=timeout, clock=clock,
-            on_event=on_event,
+            on_event=on_event, owner=owner,
         )  # fmt: skip
         self.resource = resource
+
+    async def inspect(self) -> LockState:
+        """Who holds the lock now (readers or a writer), and how many wait.
+
+        Raises:
+            TypeError: The backend cannot tell (it is no ``InspectableLockBackend``).
+            BackendUnavailable: The backend did not answer.
+        """
+        return await self.write.inspect()
 
     def __repr__(self) -> str:
         return f"ReadWriteLock({self.resource!r}, backend={self.read.backend.name})"
@@ -96,10 +109,12 @@ class Semaphore(Lock):
             None: ``time.monotonic``.
         on_event: A ``LockHook`` told each acquire's wait and each lease's hold time
             (``LockEvent``); default None: nothing is timed.
+        owner: A label for the holders that ``inspect`` shows; default None.
 
     Raises:
         TypeError: ``permits`` is not an int.
-        ValueError: The backend offers no semaphores, or a bad ``ttl``, ``timeout`` or ``permits``.
+        ValueError: The backend offers no semaphores, or a bad ``ttl``, ``timeout``,
+            ``permits`` or ``owner``.
     """
 
     def __init__(
@@ -112,12 +127,13 @@ class Semaphore(Lock):
         timeout: float = 10.0,
         clock: Clock | None = None,
         on_event: LockHook | None = None,
+        owner: str | None = None,
     ) -> None:
         mode = permits_mode(permits)
         _require(backend, ("permits",), "semaphores")
         super().__init__(
             backend.for_mode(mode), resource, ttl=ttl, timeout=timeout, clock=clock,
-            on_event=on_event,
+            on_event=on_event, owner=owner,
         )  # fmt: skip
         self.permits = permits
 
@@ -136,9 +152,11 @@ class SyncReadWriteLock:
         resource: The lock's name.
         ttl: The lease length in seconds (> 0, at most a week); default 30.0.
         timeout: How long ``acquire`` waits by default, in seconds; default 10.0.
+        owner: A label for the holders that ``inspect`` shows; default None.
 
     Raises:
-        ValueError: The backend offers no read-write locks, or a bad ``ttl`` or ``timeout``.
+        ValueError: The backend offers no read-write locks, or a bad ``ttl``,
+            ``timeout`` or ``owner``.
     """
 
     def __init__(
@@ -148,11 +166,25 @@ class SyncReadWriteLock:
         *,
         ttl: float = 30.0,
         timeout: float = 10.0,
+        owner: str | None = None,
     ) -> None:
         _require(backend, ("read", "write"), "read-write locks")
-        self.read = SyncLock(backend.for_mode(READ), resource, ttl=ttl, timeout=timeout)
-        self.write = SyncLock(backend.for_mode(WRITE), resource, ttl=ttl, timeout=timeout)
+        self.read = SyncLock(
+            backend.for_mode(READ), resource, ttl=ttl, timeout=timeout, owner=owner
+        )
+        self.write = SyncLock(
+            backend.for_mode(WRITE), resource, ttl=ttl, timeout=timeout, owner=owner
+        )
         self.resource = resource
+
+    def inspect(self) -> LockState:
+        """Who holds the lock now (readers or a writer), and how many wait.
+
+        Raises:
+            TypeError: The backend cannot tell (it is no ``SyncInspectableLockBackend``).
+            BackendUnavailable: The backend did not answer.
+        """
+        return self.write.inspect()
 
     def __repr__(self) -> str:
         return f"SyncReadWriteLock({self.resource!r}, backend={self.read.backend.name})"
@@ -167,10 +199,12 @@ class SyncSemaphore(SyncLock):
         permits: How many holders at once, 1 to 2**30.
         ttl: The lease length in seconds (> 0, at most a week); default 30.0.
         timeout: How long ``acquire`` waits by default, in seconds; default 10.0.
+        owner: A label for the holders that ``inspect`` shows; default None.
 
     Raises:
         TypeError: ``permits`` is not an int.
-        ValueError: The backend offers no semaphores, or a bad ``ttl``, ``timeout`` or ``permits``.
+        ValueError: The backend offers no semaphores, or a bad ``ttl``, ``timeout``,
+            ``permits`` or ``owner``.
     """
 
     def __init__(
@@ -181,10 +215,11 @@ class SyncSemaphore(SyncLock):
         permits: int,
         ttl: float = 30.0,
         timeout: float = 10.0,
+        owner: str | None = None,
     ) -> None:
         mode = permits_mode(permits)
         _require(backend, ("permits",), "semaphores")
-        super().__init__(backend.for_mode(mode), resource, ttl=ttl, timeout=timeout)
+        super().__init__(backend.for_mode(mode), resource, ttl=ttl, timeout=timeout, owner=owner)
         self.permits = permits
 
     def __repr__(self) -> str:

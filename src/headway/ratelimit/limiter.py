@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,7 +24,8 @@ from headway.ratelimit.decision import Decision, decision_from_reply
 from headway.ratelimit.leasing import Held, Leasing, Ledger, back_of
 from headway.ratelimit.policies import Policy
 from headway.ratelimit.reservation import Reservation
-from headway.ratelimit.shell import Shell, nanoseconds, retry_pause
+from headway.ratelimit.shell import Shell, nanoseconds
+from headway.ratelimit.waiting import WaitLines
 
 __all__ = ["RateLimiter"]
 
@@ -79,6 +81,7 @@ class RateLimiter(Shell):
                 raise TypeError(f"backend {self.backend!r} cannot lease quota")
             self._ledger = Ledger(lease, self.policies)
         self._returns: set[asyncio.Task[None]] = set()
+        self._lines = WaitLines(self.clock)  # of ``wait``: one FIFO line per key
         self._ns = nanoseconds(self.clock)
         # A built-in backend's fast path (``backends/fast_path.py``), asked for once.
         fast = fast_path_of(self.backend)
@@ -359,6 +362,8 @@ class RateLimiter(Shell):
 
         Returns the admitting decision, or the last rejection as soon as the
         next retry could not succeed in time (or a failure-mode decision).
+        Concurrent waits on one key take turns in the order they were called: only
+        the first asks the backend, the others wait behind it (``ratelimit/waiting.py``).
 
         Args:
             key: Whose quota: any str (the identity, often with a prefix).
@@ -371,8 +376,5 @@ class RateLimiter(Shell):
             ValueError: ``cost`` out of range, or ``timeout`` negative or infinite.
         """
         deadline = self.clock() + check_seconds("timeout", timeout)
-        while True:
-            decision = await self.hit(key, cost)
-            if (pause := retry_pause(decision, deadline, self.clock())) is None:
-                return decision
-            await asyncio.sleep(pause)
+        self._check(key, cost)
+        return await self._lines.admit(key, functools.partial(self.hit, key, cost), deadline)

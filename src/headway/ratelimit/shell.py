@@ -71,10 +71,13 @@ class Shell:
             self.cache = BlockedCache(self.clock, size)
 
     def _cached(self, key: str, cost: int) -> Decision | None:
+        self._check(key, cost)
+        return None if self.cache is None else self.cache.get(key, cost)
+
+    def _check(self, key: str, cost: int) -> None:
         if type(key) is not str and not isinstance(key, str):
             raise TypeError(f"key must be a str, not {type(key).__name__}")
         check_cost(cost, self.policies)
-        return None if self.cache is None else self.cache.get(key, cost)
 
     def _reserving(self, key: str, estimate: int, ttl: float) -> tuple[tuple[int, ...], float]:
         """The costs of a reservation and when it expires, checked (``reserve``'s errors)."""

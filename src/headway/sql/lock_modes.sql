@@ -5,6 +5,8 @@
 -- Common parameters:
 --   :ttl     the lease TTL as a setting ('250ms'): idle_in_transaction_session_timeout
 --   :wait    how long to wait in the lock manager as a setting ('1000ms'): lock_timeout
+--   :app     the session's application_name for the transaction, 'headway:<owner>', or
+--            NULL to keep its own (lock/backends/postgres_inspect.py)
 -- Keys: :key a 64-bit key (read-write lock, semaphore gate); :cls the semaphore's
 -- 31-bit class, its slots are the two-int advisory locks (:cls, 0..n-1); :ttl_cls the
 -- class of the locks (:ttl_cls, ttl_ms) by which a permit holder shows its TTL.
@@ -13,14 +15,16 @@
 -- A reader: waits for the shared lock on :key; returns the fence (txid) once granted.
 WITH settings AS MATERIALIZED (
     SELECT set_config('lock_timeout', :wait, true),
-           set_config('idle_in_transaction_session_timeout', :ttl, true)
+           set_config('idle_in_transaction_session_timeout', :ttl, true),
+           set_config('application_name', COALESCE(CAST(:app AS text), current_setting('application_name')), true)
 ), granted AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared(:key) FROM settings)
 SELECT txid_current() FROM granted
 
 -- name: read_try
 -- A reader's single attempt: the fence, or NULL (a holder or a waiter conflicts).
 WITH settings AS MATERIALIZED (
-    SELECT set_config('idle_in_transaction_session_timeout', :ttl, true)
+    SELECT set_config('idle_in_transaction_session_timeout', :ttl, true),
+           set_config('application_name', COALESCE(CAST(:app AS text), current_setting('application_name')), true)
 ), attempt AS MATERIALIZED (
     SELECT pg_try_advisory_xact_lock_shared(:key) AS granted FROM settings
 )
@@ -33,7 +37,8 @@ SELECT CASE WHEN granted THEN txid_current() END FROM attempt
 -- only when :lead and no slot was taken: the caller is the head of the line).
 WITH settings AS MATERIALIZED (
     SELECT set_config('lock_timeout', :wait, true),
-           set_config('idle_in_transaction_session_timeout', :ttl, true)
+           set_config('idle_in_transaction_session_timeout', :ttl, true),
+           set_config('application_name', COALESCE(CAST(:app AS text), current_setting('application_name')), true)
 ), gate AS MATERIALIZED (
     SELECT CASE WHEN CAST(:wait AS text) = '0' THEN pg_try_advisory_lock(CAST(:key AS bigint))
                 ELSE pg_advisory_lock(CAST(:key AS bigint))::text = '' END AS held
@@ -68,7 +73,8 @@ FROM gate
 -- soonest lease of a holder may run out (its session idles out), NULL if none shows.
 WITH settings AS MATERIALIZED (
     SELECT set_config('idle_in_transaction_session_timeout', :ttl, true),
-           set_config('idle_session_timeout', :idle, false)
+           set_config('idle_session_timeout', :idle, false),
+           set_config('application_name', COALESCE(CAST(:app AS text), current_setting('application_name')), true)
 ), room AS MATERIALIZED (
     SELECT count(*) < CAST(:n AS integer) AS ok FROM settings, pg_locks
     WHERE locktype = 'advisory' AND objsubid = 2 AND granted
@@ -121,3 +127,31 @@ WHERE locktype = 'advisory' AND objsubid = 1 AND (NOT granted OR CAST(:gate_coun
   AND classid = CAST((CAST(:key AS bigint) >> 32) & 4294967295 AS oid)
   AND objid = CAST(CAST(:key AS bigint) & 4294967295 AS oid)
   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+
+-- name: holders
+-- The granted holders of a key (the exclusive lock's or a read-write lock's; a semaphore's
+-- slots: every number of the class), read from
+-- pg_locks alone (every role may read it): whether each holds the key exclusively, its
+-- fence (its transaction's id with the epoch, as txid_current() gave it: from the lock
+-- each transaction holds on its own id; NULL in the instant between the grant and
+-- txid_current()) and its session's application_name (NULL where pg_stat_activity
+-- hides another role's sessions).
+WITH now AS (SELECT txid_snapshot_xmax(txid_current_snapshot()) AS xmax)
+SELECT h.mode = 'ExclusiveLock',
+       -- The epoch is the snapshot's, unless the 32-bit id is more than half the id
+       -- space away from the snapshot's xmax (it wrapped around between them).
+       (now.xmax >> 32) * 4294967296 + x.xid
+           - CASE WHEN x.xid - (now.xmax & 4294967295) > 2147483648 THEN 4294967296
+                  WHEN x.xid - (now.xmax & 4294967295) < -2147483648 THEN -4294967296
+                  ELSE 0 END,
+       a.application_name
+FROM now, pg_locks AS h
+LEFT JOIN LATERAL (
+    SELECT min(t.transactionid::text::bigint) AS xid FROM pg_locks AS t
+    WHERE t.pid = h.pid AND t.locktype = 'transactionid' AND t.mode = 'ExclusiveLock'
+) AS x ON true
+LEFT JOIN pg_stat_activity AS a ON a.pid = h.pid
+WHERE h.locktype = 'advisory' AND h.objsubid = CAST(:subid AS integer) AND h.granted
+  AND h.classid = CAST(CAST(:classid AS bigint) AS oid)
+  AND (CAST(:subid AS integer) = 2 OR h.objid = CAST(CAST(:objid AS bigint) AS oid))
+  AND h.database = (SELECT oid FROM pg_database WHERE datname = current_database())

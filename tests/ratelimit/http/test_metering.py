@@ -324,3 +324,24 @@ async def test_a_cost_sent_in_the_trailers_is_settled_after_them(backend: RateLi
 async def left_of(limiter: Any) -> tuple[int, int]:
     parts = (await limiter.peek("llm/user")).policies
     return parts[0].remaining, parts[1].remaining
+
+
+async def test_a_metered_request_may_wait_in_line_for_its_estimate(
+    backend: RateLimitBackend,
+) -> None:
+    tokens = TokenBucket(10, 100, 1.0)  # 10 at once, 100 a second: 0.1 s per estimate
+
+    async def complete(request: Request) -> Response:
+        return JSONResponse({}, headers={"X-Tokens-Used": "10"})
+
+    rule = Rule(tokens, name="llm", identity=lambda scope: "user", metering=Metering(estimate=10))
+    middleware = Middleware(RateLimitMiddleware, rules=[rule], backend=backend, max_wait=2.0)
+    app = Starlette(routes=[Route("/complete", complete)], middleware=[middleware])
+    async with _client(app) as client:
+        with anyio.fail_after(5):
+            codes = [(await client.get("/complete")).status_code for _ in range(3)]
+    assert codes == [200, 200, 200]  # the later two waited for the bucket, each charged once
+    limiter = _middleware(app).guard.rules[0].limiter
+    assert limiter is not None
+    # One estimate's refill away at most: a try refused in the line charged nothing.
+    assert (await limiter.peek("llm/user", cost=10)).retry_after <= 0.1

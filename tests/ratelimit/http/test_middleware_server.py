@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
-
 import anyio
 import httpx
 import pytest
-import uvicorn
 from redis import asyncio as aioredis
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -27,25 +21,9 @@ from headway import (
     TokenBucket,
 )
 from tests.ratelimit.apps import AppFactory, Calls, fastapi_app, sf_list, starlette_app
+from tests.ratelimit.http.server import serving
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
-
-
-@asynccontextmanager
-async def serving(app: Any) -> AsyncIterator[str]:
-    """Run ``app`` under uvicorn on a socket bound before it starts (no wait for readiness)."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)  # connections queue in the backlog until uvicorn accepts them
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning"))
-    async with anyio.create_task_group() as group:
-        group.start_soon(server.serve, [sock])
-        try:
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            server.should_exit = True
-    sock.close()
 
 
 @pytest.mark.parametrize("make_app", [starlette_app, fastapi_app], ids=["starlette", "fastapi"])

@@ -17,6 +17,7 @@ from headway.lock.backends.memory_modes import Families, MemoryModeBackend
 from headway.lock.contract import AsyncWaiter
 from headway.lock.driver import QueuedBackend
 from headway.lock.flow import Attempt, Try
+from headway.lock.introspection import Holder, LockState, owner_of
 from headway.lock.modes import LockMode, ModeKind
 
 __all__ = ["MemoryLockBackend"]
@@ -65,6 +66,22 @@ class MemoryLockBackend(QueuedBackend):
     def for_mode(self, mode: LockMode) -> MemoryModeBackend:
         """This backend's locks in ``mode`` (see ``ModalLockBackend.for_mode``)."""
         return MemoryModeBackend(self._families, mode)
+
+    async def inspect(self, resource: str) -> LockState:
+        """Who holds ``resource``'s lock, and how many wait (``InspectableLockBackend``).
+
+        Args:
+            resource: The lock's name.
+        """
+        state = self._states.get(resource)
+        if state is None:
+            return LockState(resource)
+        state = self._state(resource)
+        holders: tuple[Holder, ...] = ()
+        if state.owner is not None:
+            left = state.expires - self.clock()
+            holders = (Holder(state.fence, left, owner_of(state.owner)),)
+        return LockState(resource, holders, len(state.queue))
 
     def _state(self, resource: str) -> _State:
         state = self._states.setdefault(resource, _State())

@@ -17,6 +17,7 @@ from headway._clock import Clock
 from headway.lock.contract import AsyncWaiter
 from headway.lock.driver import QueuedBackend
 from headway.lock.flow import Attempt, Try
+from headway.lock.introspection import Holder, HolderMode, LockState, owner_of
 from headway.lock.modes import WHOLE, LockMode, fits
 
 __all__ = ["Families", "MemoryModeBackend"]
@@ -140,6 +141,26 @@ class MemoryModeBackend(QueuedBackend):
         super().__init__(families.clock)
         self.mode = mode
         self._families = families
+
+    async def inspect(self, resource: str) -> LockState:
+        """The holders of ``resource`` in this mode's family, and how many wait.
+
+        Args:
+            resource: The lock's name.
+        """
+        family = self._families.get(self._key(resource))
+        now = self.clock()
+        holders = tuple(
+            Holder(h.fence, h.expires - now, owner_of(token), self._kind(h.weight))
+            for token, h in sorted(family.holders.items(), key=lambda item: item[1].fence)
+        )
+        self._families.settle(self._key(resource), family)
+        return LockState(resource, holders, len(family.queue))
+
+    def _kind(self, weight: int) -> HolderMode:
+        if self.mode.family == "permits":
+            return "permits"
+        return "write" if weight == WHOLE else "read"
 
     def _key(self, resource: str) -> tuple[str, str]:
         return (self.mode.family, resource)

@@ -55,11 +55,13 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from headway._clock import Clock, MonotonicClock
+from headway.lock.backends.postgres_inspect import Target, read_state, session_label
 from headway.lock.backends.sql_session import Held as _Held
 from headway.lock.backends.sql_session import SessionLockBackend
 from headway.lock.backends.sql_session import discard as _discard
 from headway.lock.contract import LockBackend
 from headway.lock.driver import run_to_end
+from headway.lock.introspection import HolderMode, LockState
 from headway.lock.lease import Lease, check_timeout, check_ttl, new_token
 from headway.lock.modes import LockMode, ModeKind
 
@@ -70,13 +72,17 @@ __all__ = ["PostgresLockBackend", "advisory_key"]
 _WAIT = text("""
 WITH settings AS MATERIALIZED (
     SELECT set_config('lock_timeout', :wait, true),
-           set_config('idle_in_transaction_session_timeout', :ttl, true)
+           set_config('idle_in_transaction_session_timeout', :ttl, true),
+           set_config('application_name',
+                      COALESCE(CAST(:app AS text), current_setting('application_name')), true)
 ), granted AS MATERIALIZED (SELECT pg_advisory_xact_lock(:key) FROM settings)
 SELECT txid_current() FROM granted
 """)
 _TRY = text("""
 WITH settings AS MATERIALIZED (
-    SELECT set_config('idle_in_transaction_session_timeout', :ttl, true)
+    SELECT set_config('idle_in_transaction_session_timeout', :ttl, true),
+           set_config('application_name',
+                      COALESCE(CAST(:app AS text), current_setting('application_name')), true)
 ), attempt AS MATERIALIZED (SELECT pg_try_advisory_xact_lock(:key) AS granted FROM settings)
 SELECT CASE WHEN granted THEN txid_current() END FROM attempt
 """)
@@ -93,6 +99,10 @@ def advisory_key(resource: str) -> int:
     """The signed 64-bit advisory-lock key of ``resource`` (BLAKE2b, personalised)."""
     digest = hashlib.blake2b(resource.encode(), digest_size=8, person=b"headway.lock").digest()
     return int.from_bytes(digest, "big", signed=True)
+
+
+def _exclusive(_: bool) -> HolderMode:
+    return "exclusive"
 
 
 def _ms(seconds: float) -> str:
@@ -152,6 +162,21 @@ class PostgresLockBackend(SessionLockBackend[_Held]):
     def _key(self, resource: str) -> int:
         return advisory_key(resource)
 
+    async def inspect(self, resource: str) -> LockState:
+        """Who holds ``resource``'s lock, and how many wait (``InspectableLockBackend``).
+
+        Read from ``pg_locks`` (``postgres_inspect``): ``expires_in`` is None (the TTL is
+        the holder's session setting), ``owner`` the holder's session label (None where
+        ``pg_stat_activity`` hides other roles' sessions).
+
+        Args:
+            resource: The lock's name.
+        """
+        return await read_state(self, resource, self._target(resource))
+
+    def _target(self, resource: str) -> Target:
+        return Target(self._key(resource), 1, self._key(resource), False, _exclusive)
+
     async def waiting(self, resource: str) -> int:
         """How many requests wait in the server's line for ``resource`` (from ``pg_locks``).
 
@@ -208,7 +233,11 @@ class PostgresLockBackend(SessionLockBackend[_Held]):
         self, conn: AsyncConnection, resource: str, ttl_ms: int, wait: float
     ) -> int | None:
         """One statement that waits up to ``wait`` s for the lock: its fence, or None."""
-        params: dict[str, Any] = {"key": self._key(resource), "ttl": f"{ttl_ms}ms"}
+        params: dict[str, Any] = {
+            "key": self._key(resource),
+            "ttl": f"{ttl_ms}ms",
+            "app": session_label(),
+        }
         if wait > 0:
             statement, params["wait"] = self._wait_sql, _ms(wait)
         else:

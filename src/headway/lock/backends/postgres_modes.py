@@ -51,13 +51,14 @@ from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from headway.lock.backends.postgres import PostgresLockBackend, _ms
+from headway.lock.backends.postgres_inspect import Target, session_label
 from headway.lock.backends.sql_session import Held as _Held
 from headway.lock.backends.sql_session import discard as _discard
 from headway.lock.contract import LockBackend
 from headway.lock.lease import Lease
 from headway.lock.modes import LockMode
 
-__all__ = ["TTL_CLASS", "family_key", "for_mode", "slot_class", "waiting_sql"]
+__all__ = ["TTL_CLASS", "family_key", "for_mode", "queries", "slot_class", "waiting_sql"]
 
 #: The class of the shared locks ``(TTL_CLASS, ttl_ms)`` by which permit holders show their TTL.
 TTL_CLASS = 0x68776179  # "hway"
@@ -68,7 +69,8 @@ _OVERDUE_S = 0.005
 
 
 @cache
-def _queries() -> dict[str, TextClause]:
+def queries() -> dict[str, TextClause]:
+    """The named queries of ``headway/sql/lock_modes.sql``, by name."""
     source = (resources.files("headway") / "sql" / "lock_modes.sql").read_text("utf-8")
     parts = re.split(r"^-- name: (\w+)\n", source, flags=re.MULTILINE)
     return {name: text(body.strip()) for name, body in zip(parts[1::2], parts[2::2], strict=True)}
@@ -76,7 +78,7 @@ def _queries() -> dict[str, TextClause]:
 
 def waiting_sql() -> TextClause:
     """The statement counting the requests in a key's line (``lock_modes.sql``: waiting)."""
-    return _queries()["waiting"]
+    return queries()["waiting"]
 
 
 def family_key(family: str, resource: str) -> int:
@@ -118,10 +120,14 @@ class _ReadWriteView(_View):
     def __init__(self, parent: PostgresLockBackend, mode: LockMode) -> None:
         super().__init__(parent, mode)
         if mode.kind == "read":
-            self._wait_sql, self._try_sql = _queries()["read_wait"], _queries()["read_try"]
+            self._wait_sql, self._try_sql = queries()["read_wait"], queries()["read_try"]
 
     def _key(self, resource: str) -> int:
         return family_key("rw", resource)
+
+    def _target(self, resource: str) -> Target:
+        key = self._key(resource)
+        return Target(key, 1, key, False, lambda exclusive: "write" if exclusive else "read")
 
 
 @dataclass
@@ -133,7 +139,7 @@ class _Permit(_Held):
 class _PermitView(_View):
     """One of ``mode.capacity`` permits: a gate for the line, a slot lock per holder."""
 
-    _touch_sql = _queries()["permit_touch"]
+    _touch_sql = queries()["permit_touch"]
 
     def __init__(self, parent: PostgresLockBackend, mode: LockMode) -> None:
         super().__init__(parent, mode)
@@ -142,6 +148,10 @@ class _PermitView(_View):
 
     def _key(self, resource: str) -> int:
         return family_key("gate", resource)
+
+    def _target(self, resource: str) -> Target:
+        # The holders are the slots' (two-int locks of the class); the line, the gate's.
+        return Target(slot_class(resource), 2, self._key(resource), True, lambda _: "permits")
 
     def _touch_params(self, ttl_ms: int) -> dict[str, Any]:
         return {"ttl": f"{ttl_ms}ms", "ttl_cls": TTL_CLASS, "ttl_ms": min(ttl_ms, _INT4)}
@@ -152,6 +162,7 @@ class _PermitView(_View):
             "key": self._key(resource),
             "cls": slot_class(resource),
             "n": self.mode.capacity,
+            "app": session_label(),
         }
 
     async def waiting(self, resource: str) -> int:
@@ -168,7 +179,7 @@ class _PermitView(_View):
         params = self._params(resource, ttl_ms)
         enter = {**params, "wait": _ms(wait) if wait > 0 else "0", "lead": wait > 0}
         result = await self._bounded(
-            conn.execute(_queries()["permit_enter"], enter), wait + self.timeout
+            conn.execute(queries()["permit_enter"], enter), wait + self.timeout
         )
         fence, gate = result.one()
         if fence is None and gate:
@@ -194,7 +205,7 @@ class _PermitView(_View):
             woken.clear()
             retry = {**params, "idle": _ms(left + self.timeout)}
             result = await self._bounded(
-                conn.execute(_queries()["permit_retry"], retry), self.timeout
+                conn.execute(queries()["permit_retry"], retry), self.timeout
             )
             fence, _, soonest_ms = result.one()
             if fence is not None:
@@ -232,7 +243,7 @@ class _PermitView(_View):
                     unlisten = listener.remove_listener(held.channel, held.heard)
                     await self._bounded(unlisten, self.timeout)
                 statement = held.conn.execute(
-                    _queries()["permit_release"], {"channel": held.channel}
+                    queries()["permit_release"], {"channel": held.channel}
                 )
                 await self._bounded(statement, self.timeout)
                 await self._bounded(held.conn.commit(), self.timeout)

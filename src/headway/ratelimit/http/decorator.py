@@ -48,7 +48,9 @@ from headway.ratelimit.http.rules import (
     Rule,
     given_policies,
 )
+from headway.ratelimit.http.watch import decide_watching
 from headway.ratelimit.leasing import Leasing
+from headway.ratelimit.waiting import DEFAULT_MAX_WAITING, check_waiting
 
 __all__ = ["RateLimitDecorator", "rate_limit"]
 
@@ -121,6 +123,12 @@ def _refusal_response(refusal: Refusal | Response) -> Response:
     return response
 
 
+def _client_gone() -> Response:
+    """The answer to a request whose client left while it waited: nobody reads it, but
+    the server logs a status (nginx's 499, "client closed request")."""
+    return Response(status_code=499)
+
+
 def _with_fields(ruling: Ruling, result: Any, sub_response: Any) -> Any:
     """``result`` with the RateLimit fields: on it if it is a response, else on FastAPI's."""
     if isinstance(result, Response):
@@ -177,7 +185,12 @@ class RateLimitDecorator:
             async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
                 request, sub_response = _connection(args, kwargs)
                 scope = request.scope
-                ruling = await guard.decide(scope, scope.get("method", "GET"))
+                if guard.lines is None:
+                    ruling = await guard.decide(scope, scope.get("method", "GET"))
+                elif (watched := await decide_watching(guard, request)) is None:
+                    return _client_gone()
+                else:
+                    ruling = watched
                 later = False  # closed once the response is sent (a metered one)
                 try:
                     try:
@@ -199,7 +212,12 @@ class RateLimitDecorator:
             def sync_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
                 request, sub_response = _connection(args, kwargs)
                 scope = request.scope
-                ruling = anyio.from_thread.run(guard.decide, scope, scope.get("method", "GET"))
+                if guard.lines is None:
+                    ruling = anyio.from_thread.run(guard.decide, scope, scope.get("method", "GET"))
+                elif (watched := anyio.from_thread.run(decide_watching, guard, request)) is None:
+                    return _client_gone()
+                else:
+                    ruling = watched
                 later = False
                 try:
                     try:
@@ -236,6 +254,8 @@ def rate_limit(
     limiter: LimiterSettings | None = None,
     on_refusal: RefusalHook | None = None,
     lease: Leasing | None = None,
+    max_wait: float = 0.0,
+    max_waiting: int = DEFAULT_MAX_WAITING,
     metering: Metering | None = None,
 ) -> RateLimitDecorator:
     """Rate-limit one endpoint with ``policies`` (or ``named`` policies), like a middleware rule.
@@ -280,6 +300,11 @@ def rate_limit(
         lease: Take the quota from the backend in chunks and decide in process
             (``Leasing``; exact, see docs/ratelimit.md); not for sliding logs. Default
             None.
+        max_wait: Seconds a request a rate policy refuses may wait for admission, in
+            arrival order, before its 429; default 0: refused at once. A request whose
+            client disconnects while it waits leaves (answered 499, nothing charged).
+        max_waiting: How many requests may wait at once for this endpoint; past it a
+            request that would wait is refused at once. Default 100.
         metering: Reserve an estimate per request and settle the actual cost once the
             response the handler returned has been sent (``Metering``; a value FastAPI
             serializes settles when the handler returns); the request's concurrency
@@ -288,8 +313,10 @@ def rate_limit(
     Raises:
         TypeError: Both ``policies`` and ``named``, a policies function with other
             policies, or an option of the wrong type.
-        ValueError: A bad ``name``, ``per`` or ``fail``, or more than one ``Concurrency``.
+        ValueError: A bad ``name``, ``per``, ``fail``, ``max_wait`` or ``max_waiting``,
+            or more than one ``Concurrency``.
     """
+    check_waiting(max_wait, max_waiting)  # now, not when the first endpoint is decorated
     rule = Rule(
         given_policies(policies, named),
         identity=identity,
@@ -310,5 +337,7 @@ def rate_limit(
         legacy_headers=legacy_headers,
         limiter=limiter,
         on_refusal=on_refusal,
+        max_wait=max_wait,
+        max_waiting=max_waiting,
     )
     return RateLimitDecorator(rule, name is not None, make_guard)

@@ -41,7 +41,9 @@ from headway.ratelimit.http.rules import (
     Rule,
     given_policies,
 )
+from headway.ratelimit.http.watch import decide_watching
 from headway.ratelimit.leasing import Leasing
+from headway.ratelimit.waiting import DEFAULT_MAX_WAITING
 
 __all__ = ["RateLimitDependency", "RateLimitRefused"]
 
@@ -146,6 +148,11 @@ class RateLimitDependency:
         lease: Take the quota from the backend in chunks and decide in process
             (``Leasing``; exact, see docs/ratelimit.md); not for sliding logs. Default
             None.
+        max_wait: Seconds a request a rate policy refuses may wait for admission, in
+            arrival order, before its refusal; default 0: refused at once. A request
+            whose client disconnects while it waits leaves (nothing charged).
+        max_waiting: How many requests may wait at once on this dependency; past it a
+            request that would wait is refused at once. Default 100.
         metering: Reserve an estimate per request and settle the actual cost when
             FastAPI runs the dependency's exit code, after the response (``Metering``:
             the units reported to the request's ``Meter``, or a header set on the
@@ -154,7 +161,8 @@ class RateLimitDependency:
     Raises:
         TypeError: Both ``policies`` and ``named``, a policies function with other
             policies, or an option of the wrong type.
-        ValueError: A bad ``name``, ``per`` or ``fail``, or more than one ``Concurrency``.
+        ValueError: A bad ``name``, ``per``, ``fail``, ``max_wait`` or ``max_waiting``,
+            or more than one ``Concurrency``.
     """
 
     def __init__(
@@ -173,6 +181,8 @@ class RateLimitDependency:
         limiter: LimiterSettings | None = None,
         on_refusal: RefusalHook | None = None,
         lease: Leasing | None = None,
+        max_wait: float = 0.0,
+        max_waiting: int = DEFAULT_MAX_WAITING,
         metering: Metering | None = None,
     ) -> None:
         rule = Rule(
@@ -196,6 +206,8 @@ class RateLimitDependency:
             legacy_headers=legacy_headers,
             limiter=limiter,
             on_refusal=on_refusal,
+            max_wait=max_wait,
+            max_waiting=max_waiting,
         )
 
     @property
@@ -222,7 +234,13 @@ class RateLimitDependency:
     async def __call__(self, request: Request, response: Response) -> AsyncIterator[None]:
         """Decide (FastAPI injects ``request`` and the sub-response ``response``)."""
         scope = request.scope
-        headers, refusal, slots = await self.guard.decide(scope, scope.get("method", "GET"))
+        if self.guard.lines is None:
+            ruling = await self.guard.decide(scope, scope.get("method", "GET"))
+        elif (watched := await decide_watching(self.guard, request)) is None:
+            raise HTTPException(499, detail="Client Closed Request")  # nobody reads it
+        else:
+            ruling = watched
+        headers, refusal, slots = ruling
         try:
             if refusal is not None:
                 if not isinstance(refusal, Response):

@@ -10,13 +10,16 @@ the ``headers`` module: the header fields to add, or the whole refusal (429
 with problem+json, or 503 when a rule fails closed), and the concurrency
 slots the request holds. An ``on_refusal`` hook may reshape the refusal
 (``refusals``); a rule whose policies are a function of the request resolves
-them first (``dynamic``).
+them first (``dynamic``). With ``max_wait``, a refused request waits for
+admission in a line per key (``ratelimit/waiting.py``) before it is refused;
+only its last decision is counted and reported.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -35,7 +38,7 @@ from headway.ratelimit.decision import Decision
 from headway.ratelimit.http.dynamic import DynamicPolicies
 from headway.ratelimit.http.headers import Refusal, refusal_for, response_fields
 from headway.ratelimit.http.identity import ClientAddress, Identity
-from headway.ratelimit.http.metering import METER, Meter, Metering
+from headway.ratelimit.http.metering import METER, Meter, Reserving
 from headway.ratelimit.http.refusals import RefusalHook, Refuser
 from headway.ratelimit.http.routes import RouteFunction
 from headway.ratelimit.http.rules import (
@@ -47,8 +50,8 @@ from headway.ratelimit.http.rules import (
     matches_any,
     validated_patterns,
 )
-from headway.ratelimit.limiter import RateLimiter
 from headway.ratelimit.slots import Admission
+from headway.ratelimit.waiting import DEFAULT_MAX_WAITING, Gone, WaitLines, check_waiting
 
 __all__ = ["DecisionHook", "DecisionOutcome", "Guard", "RateLimitEvent", "Ruling"]
 
@@ -153,6 +156,8 @@ class Guard:
 
     ``identity`` is the rules' default (the socket peer's address when None);
     ``exempt`` routes skip every rule; ``route`` finds a request's template.
+    ``max_wait`` (seconds) lets a refused request wait for admission, at most
+    ``max_waiting`` of them at once.
     """
 
     def __init__(
@@ -168,6 +173,8 @@ class Guard:
         legacy_headers: bool = False,
         limiter: LimiterSettings | None = None,
         on_refusal: RefusalHook | None = None,
+        max_wait: float = 0.0,
+        max_waiting: int = DEFAULT_MAX_WAITING,
     ) -> None:
         if isinstance(rules, Rule):
             raise TypeError("rules takes a list of Rule, not one Rule")
@@ -199,9 +206,20 @@ class Guard:
         self.counts: collections.Counter[tuple[str, DecisionOutcome]] = collections.Counter()
         clock = settings.clock or MonotonicClock()
         self.outages = {r.name: OutageLog(r.name, clock) for r in self.rules}
+        self.clock = clock
+        self.max_wait, max_waiting = check_waiting(max_wait, max_waiting)
+        #: Where refused requests wait for admission (``max_wait`` > 0), else None.
+        self.lines = WaitLines(clock, max_waiting) if self.max_wait > 0 else None
 
-    async def decide(self, scope: Scope, method: str) -> Ruling:
-        """Rule on one request (see the module docstring)."""
+    async def decide(self, scope: Scope, method: str, gone: Gone | None = None) -> Ruling:
+        """Rule on one request (see the module docstring).
+
+        With ``max_wait``, a request a rate policy refuses waits in its key's line
+        (``ratelimit/waiting.py``) until admitted or out of time; ``gone`` watches its
+        client, and raises ``ClientGone`` out of here when the client leaves.
+        """
+        lines = self.lines
+        deadline = 0.0 if lines is None else self.clock() + self.max_wait
         route = self.route(scope) if self.reads_route else None
         path: str = scope.get("path", "")
         if self.exempt and matches_any(self.exempt, route if route is not None else path):
@@ -228,16 +246,26 @@ class Guard:
             rate: Decision | None
             if rule.metering is not None and limiter is not None:
                 cost = await rule.metering.estimate_for(scope)
-                rate, settles = await _reserve(scope, rule.metering, limiter, key, cost)
-                if settles is not None:  # the first reservation: settled with the rest
+                reserving = Reserving(scope, rule.metering, limiter, key, cost)
+                if lines is None or shadow:
+                    rate = await reserving()
+                else:  # each try in the line reserves; only an admitted one charges
+                    rate = await lines.admit((limiter, key), reserving, deadline, gone)
+                if (settles := reserving.settles()) is not None:  # the request's first
                     if slots is None:
                         slots = contextlib.AsyncExitStack()
                     slots.push_async_callback(settles)
             else:
                 fixed = rule.fixed_cost
                 cost = fixed if fixed is not None else await rule.cost(scope)
-                # ``decide``, not ``hit`` (which awaits it): one coroutine less per request.
-                rate = None if limiter is None else await limiter.decide(key, cost)
+                if limiter is None:
+                    rate = None
+                elif lines is None or shadow:  # a shadow rule never refuses: nothing to wait
+                    # ``decide``, not ``hit`` (which awaits it): one coroutine less per request.
+                    rate = await limiter.decide(key, cost)
+                else:
+                    hit = functools.partial(limiter.decide, key, cost)
+                    rate = await lines.admit((limiter, key), hit, deadline, gone)
             held: Admission | None = None
             if rule.concurrency is not None and (rate is None or rate.allowed or shadow):
                 if slots is None:
@@ -338,21 +366,6 @@ class Guard:
         except Exception:
             # A broken metrics hook must not break the requests it observes.
             log.exception("rate limit on_decision hook failed")
-
-
-async def _reserve(
-    scope: Scope, metering: Metering, limiter: RateLimiter, key: str, estimate: int
-) -> tuple[Decision, Callable[[], Awaitable[None]] | None]:
-    """Reserve ``estimate`` for a metered rule: its decision, and the request meter's
-    ``settle`` when this is the first reservation it holds (to call when the response ends)."""
-    reservation = await limiter.reserve(key, estimate, ttl=metering.ttl)
-    if not (reservation.allowed and reservation.at_us is not None):
-        return reservation.decision, None  # nothing charged: nothing to settle
-    meter = scope.get(METER)
-    if not isinstance(meter, Meter):
-        meter = scope[METER] = Meter()
-    first = meter.hold(limiter, reservation, metering)
-    return reservation.decision, meter.settle if first else None
 
 
 async def _take_slot(

@@ -28,6 +28,7 @@ from starlette.responses import Response
 from headway._http import Receive, Scope, Send
 
 if TYPE_CHECKING:
+    from headway.ratelimit.decision import Decision
     from headway.ratelimit.limiter import RateLimiter
     from headway.ratelimit.reservation import Reservation
 
@@ -37,6 +38,7 @@ __all__ = [
     "EstimateFunction",
     "Meter",
     "Metering",
+    "Reserving",
     "pending_settles",
     "settled_later",
 ]
@@ -219,6 +221,36 @@ class Meter:
                 await limiter.settle(reservation, self.actual(metering, reservation.estimate))
             except Exception:  # a bad value from the app's function: the estimate stays
                 log.exception("rate limit: could not settle %r", reservation)
+
+
+class Reserving:
+    """A metered rule's reservation for one request, made by the guard: each call reserves
+    (a try in a wait line calls it again; a refused try charges nothing); ``settles``
+    then gives the request meter's ``settle`` if the admitted reservation is the first it
+    holds (the guard puts it on the request's stack)."""
+
+    def __init__(
+        self, scope: Scope, metering: Metering, limiter: RateLimiter, key: str, estimate: int
+    ) -> None:
+        self.scope, self.metering, self.limiter = scope, metering, limiter
+        self.key, self.estimate = key, estimate
+        self.reservation: Reservation | None = None
+
+    async def __call__(self) -> Decision:
+        reserved = await self.limiter.reserve(self.key, self.estimate, ttl=self.metering.ttl)
+        self.reservation = reserved
+        return reserved.decision
+
+    def settles(self) -> Callable[[], Awaitable[None]] | None:
+        """The meter's ``settle`` to register, or None (nothing charged, or not the first)."""
+        reservation = self.reservation
+        if reservation is None or not (reservation.allowed and reservation.at_us is not None):
+            return None  # nothing charged: nothing to settle
+        meter = self.scope.get(METER)
+        if not isinstance(meter, Meter):
+            meter = self.scope[METER] = Meter()
+        first = meter.hold(self.limiter, reservation, self.metering)
+        return meter.settle if first else None
 
 
 def settled_later(

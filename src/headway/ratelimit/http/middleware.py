@@ -25,6 +25,8 @@ from headway.ratelimit.http.metering import Meter, pending_settles
 from headway.ratelimit.http.refusals import RefusalHook
 from headway.ratelimit.http.routes import RouteCache, RouteFunction
 from headway.ratelimit.http.rules import LimiterSettings, Pattern, Rule
+from headway.ratelimit.http.watch import ClientWatch
+from headway.ratelimit.waiting import DEFAULT_MAX_WAITING, ClientGone
 
 __all__ = ["RateLimitMiddleware"]
 
@@ -45,7 +47,8 @@ class RateLimitMiddleware:
 
     Rules decide on the route template, found in the app's router (Starlette,
     FastAPI; see ``route``). Other scopes than HTTP (and WebSocket, with
-    ``websocket``) pass through.
+    ``websocket``) pass through; the messages of a WebSocket connection are
+    ``WebSocketRateLimitMiddleware``'s.
 
     Args:
         app: The ASGI app behind the middleware.
@@ -74,10 +77,17 @@ class RateLimitMiddleware:
             it returns a Starlette ``Response``, members for the problem body, or None;
             a hook that raises is logged and the default refusal is sent); default
             None.
+        max_wait: Seconds a request a rate policy refuses may wait for admission, in
+            arrival order, before its 429; default 0: refused at once. A request whose
+            client disconnects while it waits leaves (nothing sent, nothing charged).
+        max_waiting: How many requests may wait at once (per middleware); past it a
+            request that would wait is refused at once. Default 100.
 
     Raises:
-        TypeError: ``rules`` is one ``Rule``, not a list.
-        ValueError: Two rules, or two policies across rules, share a name.
+        TypeError: ``rules`` is one ``Rule``, not a list, or ``max_wait`` or
+            ``max_waiting`` of the wrong type.
+        ValueError: Two rules, or two policies across rules, share a name; ``max_wait``
+            negative or infinite, or ``max_waiting`` < 1.
     """
 
     def __init__(
@@ -95,6 +105,8 @@ class RateLimitMiddleware:
         route: RouteFunction | None = None,
         limiter: LimiterSettings | None = None,
         on_refusal: RefusalHook | None = None,
+        max_wait: float = 0.0,
+        max_waiting: int = DEFAULT_MAX_WAITING,
     ) -> None:
         self.app = app
         self.websocket = websocket
@@ -109,6 +121,8 @@ class RateLimitMiddleware:
             legacy_headers=legacy_headers,
             limiter=limiter,
             on_refusal=on_refusal,
+            max_wait=max_wait,
+            max_waiting=max_waiting,
         )
 
     @property
@@ -125,7 +139,16 @@ class RateLimitMiddleware:
         else:
             await self.app(scope, receive, send)
             return
-        headers, refusal, slots = await self.guard.decide(scope, method)
+        if self.guard.lines is None:
+            headers, refusal, slots = await self.guard.decide(scope, method)
+        else:
+            watch = ClientWatch(receive)
+            try:
+                headers, refusal, slots = await self.guard.decide(scope, method, watch)
+            except ClientGone:
+                return  # the client left while its request waited: nobody to answer
+            finally:
+                receive = await watch.stop()  # what the watch read, then the server's
         if slots is None:  # the usual case: nothing to give back
             if refusal is not None:
                 await _refuse(refusal, scope, receive, send)

@@ -33,6 +33,9 @@ async def test_cluster_locks_across_slots(cluster_port: int) -> None:
     for lease in leases:
         with pytest.raises(LockNotAcquired):
             await Lock(backend, lease.resource).acquire(timeout=0)
+        # inspect's script reads the lock's keys in their one slot, wherever it is
+        [holder] = (await Lock(backend, lease.resource).inspect()).holders
+        assert holder.fence == lease.fence
         await backend.release(lease)
     await backend.aclose()
     await client.aclose()
@@ -90,6 +93,8 @@ async def test_cluster_read_write_locks_and_semaphores(cluster_port: int) -> Non
         permits = [await semaphore.acquire(), await semaphore.acquire()]
         with pytest.raises(LockNotAcquired):
             await semaphore.acquire()
+        assert {h.fence for h in (await rw.inspect()).holders} == {r.fence for r in readers}
+        assert {h.fence for h in (await semaphore.inspect()).holders} == {p.fence for p in permits}
         for lease in readers:
             await rw.read.release(lease)
         for lease in permits:

@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING, Any
 from headway._clock import Clock
 from headway._keys import segment
 from headway.lock.backends.etcd.codec import FAILED_PRECONDITION, NOT_FOUND, EtcdError, b64, unb64
+from headway.lock.backends.etcd.inspect import holders, value
 from headway.lock.contract import AsyncWaiter
 from headway.lock.driver import QueuedBackend
 from headway.lock.flow import Attempt, Try, parse_waiter
+from headway.lock.introspection import LockState
 from headway.lock.modes import LockMode, ModeKind
 
 if TYPE_CHECKING:
@@ -150,6 +152,34 @@ class EtcdLockBackend(QueuedBackend):
 
         return EtcdModeBackend(self, mode)
 
+    async def inspect(self, resource: str) -> LockState:
+        """Who holds ``resource``'s lock, and how many wait (``InspectableLockBackend``).
+
+        One range over the lock's keys: the oldest holds (its create revision is the
+        fence), the others wait; the holder's time left is its etcd lease's, in whole
+        seconds.
+
+        Args:
+            resource: The lock's name.
+        """
+        kvs = (await self._gateway.call("kv/range", self._listing(resource, False))).get("kvs")
+        if not kvs:
+            return LockState(resource)
+        return LockState(
+            resource, await holders(self._gateway, [(kvs[0], "exclusive")]), len(kvs) - 1
+        )
+
+    def _listing(self, resource: str, keys_only: bool) -> dict[str, Any]:
+        """A range over ``resource``'s request keys, oldest first."""
+        prefix = self._prefix(resource)
+        return {
+            "key": b64(prefix),
+            "range_end": b64(_prefix_end(prefix)),
+            "sort_order": "ASCEND",
+            "sort_target": "CREATE",
+            "keys_only": keys_only,
+        }
+
     def _lease(self, token: str) -> int:
         return self._moved.get(token) or _lease_id(token)
 
@@ -198,7 +228,7 @@ class EtcdLockBackend(QueuedBackend):
                 }
             },
         ]
-        put = {"request_put": {"key": key, "value": "", "lease": str(lease)}}
+        put = {"request_put": {"key": key, "value": b64(value()), "lease": str(lease)}}
         reply = await self._gateway.call(
             "kv/txn",
             {

@@ -31,15 +31,18 @@ from headway.lock.backends.etcd.backend import (
     _prefix_end,
 )
 from headway.lock.backends.etcd.codec import NOT_FOUND, EtcdError, b64, unb64
+from headway.lock.backends.etcd.inspect import holders, parse_value, value
 from headway.lock.contract import AsyncWaiter
 from headway.lock.driver import QueuedBackend
 from headway.lock.flow import Attempt, Try, parse_waiter
+from headway.lock.introspection import HolderMode, LockState
 from headway.lock.modes import WHOLE, LockMode, fits
 
 __all__ = ["EtcdModeBackend"]
 
 #: A request's key, under the family's prefix, starts with its mode's tag.
 _TAGS = {"read": "r", "write": "w", "permits": "p"}
+_KINDS: dict[str, HolderMode] = {"r": "read", "w": "write", "p": "permits"}
 #: A key whose delete wakes permit waiters (no request's: ``_parse`` skips it).
 _NUDGE = "~"
 
@@ -171,14 +174,20 @@ class EtcdModeBackend(EtcdLockBackend):
 
     async def _enter(self, resource: str, key: str, lease: int) -> _Queue:
         """Put our key (unless a lost reply's attempt did) and read the queue with it."""
-        value = str(self.mode.capacity) if self.mode.kind == "permits" else ""
-        read = {"request_range": self._listing(resource)}
+        needed = str(self.mode.capacity) if self.mode.kind == "permits" else ""
+        read = {"request_range": self._listing(resource, self.mode.kind != "permits")}
         reply = await self._gateway.call(
             "kv/txn",
             {
                 "compare": [{"key": b64(key), "target": "CREATE", "result": "EQUAL"}],
                 "success": [
-                    {"request_put": {"key": b64(key), "value": b64(value), "lease": str(lease)}},
+                    {
+                        "request_put": {
+                            "key": b64(key),
+                            "value": b64(value(needed)),
+                            "lease": str(lease),
+                        }
+                    },
                     read,
                 ],
                 "failure": [read],
@@ -187,19 +196,10 @@ class EtcdModeBackend(EtcdLockBackend):
         return self._parse(resource, reply["responses"][-1]["response_range"], reply)
 
     async def _queue(self, resource: str) -> _Queue:
-        reply = await self._gateway.call("kv/range", self._listing(resource))
+        reply = await self._gateway.call(
+            "kv/range", self._listing(resource, self.mode.kind != "permits")
+        )
         return self._parse(resource, reply, reply)
-
-    def _listing(self, resource: str) -> dict[str, Any]:
-        prefix = self._prefix(resource)
-        return {
-            "key": b64(prefix),
-            "range_end": b64(_prefix_end(prefix)),
-            "sort_order": "ASCEND",
-            "sort_target": "CREATE",
-            # Only a permit's value means something (its capacity).
-            "keys_only": self.mode.kind != "permits",
-        }
 
     def _parse(self, resource: str, listing: dict[str, Any], reply: dict[str, Any]) -> _Queue:
         skip = len(self._prefix(resource))
@@ -208,10 +208,34 @@ class EtcdModeBackend(EtcdLockBackend):
             key = unb64(kv["key"])
             if key[skip] == _NUDGE:
                 continue
-            capacity = int(unb64(kv["value"])) if kv.get("value") else WHOLE
+            needed = parse_value(unb64(kv["value"]))[0] if kv.get("value") else ""
+            capacity = int(needed) if needed else WHOLE
             weight = WHOLE if key[skip] == _TAGS["write"] else 1
             requests.append(_Request(key, int(kv["create_revision"]), weight, capacity))
         return _Queue(requests, int(reply["header"]["revision"]))
+
+    async def inspect(self, resource: str) -> LockState:
+        """The holders of ``resource`` in this mode's family, and how many wait.
+
+        The queue's requests that fit behind those before them hold (``modes.fits``,
+        as an attempt decides); the others wait.
+
+        Args:
+            resource: The lock's name.
+        """
+        listing = await self._gateway.call("kv/range", self._listing(resource, False))
+        queue = self._parse(resource, listing, listing)
+        kvs = {unb64(kv["key"]): kv for kv in listing.get("kvs", [])}
+        skip = len(self._prefix(resource))
+        line = queue.requests
+        capacity = line[-1].capacity if line else WHOLE  # the newest acquire's
+        held = [
+            r
+            for i, r in enumerate(line)
+            if fits((), (a.weight for a in line[:i]), r.weight, capacity)
+        ]
+        found = await holders(self._gateway, [(kvs[r.key], _KINDS[r.key[skip]]) for r in held])
+        return LockState(resource, found, len(queue.requests) - len(held))
 
     async def _refused(self, resource: str, token: str) -> bool:
         """True if ``token``'s request is still in the queue and still does not fit."""

@@ -106,6 +106,7 @@ from headway.lock.backends.mysql.common import (
 from headway.lock.backends.sql_session import Held, SessionLockBackend
 from headway.lock.backends.sql_session import discard as _discard
 from headway.lock.driver import run_to_end
+from headway.lock.introspection import LockState
 from headway.lock.lease import Lease, check_timeout, check_ttl, new_token
 
 __all__ = ["MySQLLockBackend"]
@@ -202,6 +203,31 @@ class MySQLLockBackend(common.Common, SessionLockBackend[_Held]):
         token = new_token()
         self._held[token] = _Held(conn, name=name)
         return Lease(resource, token, fence, sent + ttl_ms / 1000, ttl_ms / 1000)
+
+    async def inspect(self, resource: str) -> LockState:
+        """Who holds ``resource``'s lock, and how many wait (``InspectableLockBackend``).
+
+        The holder's ``owner`` and ``expires_in`` are None: the server keeps no token,
+        and the TTL is the holder's session setting. Waiters are counted from the process
+        list: without the PROCESS privilege, only this user's.
+
+        Args:
+            resource: The lock's name.
+        """
+        params = {"name": lock_name(resource, self.database)}
+        try:
+            async with self.engine.connect() as conn:
+                try:
+                    found = await self._bounded(conn.execute(common.INSPECT, params), self.timeout)
+                except sqlalchemy.exc.DBAPIError as exc:
+                    if common.errno(exc) != common.NO_SUCH_TABLE:
+                        raise
+                    await conn.rollback()
+                    unfenced = conn.execute(common.INSPECT_UNFENCED, params)
+                    found = await self._bounded(unfenced, self.timeout)
+                return common.lock_state(resource, found.one())
+        except UNAVAILABLE as exc:
+            raise self._unavailable(exc) from exc
 
     async def _checkout(self, wait: float) -> tuple[AsyncConnection, int]:
         """A pooled connection and its session id (``KILL CONNECTION`` needs it); it holds

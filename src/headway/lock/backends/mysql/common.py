@@ -17,6 +17,7 @@ from sqlalchemy import TextClause, text
 
 from headway._clock import Clock, MonotonicClock
 from headway.lock.backends.sql_session import LeaseErrors
+from headway.lock.introspection import Holder, LockState
 from headway.lock.lease import check_timeout
 
 __all__ = ["FENCE_TABLE", "lock_name"]
@@ -73,6 +74,18 @@ GIVE_BACK = text(f"SET {_RESTORE}")
 # the statement succeeding is the answer; its result is not needed.
 RELEASE = text(f"SET @headway_released = RELEASE_LOCK(:name), {_RESTORE}")
 SESSION_ID = text("SELECT CONNECTION_ID()")
+# ``inspect``: the holder's session (NULL: free), its fence (the row its grant wrote), and
+# the sessions waiting in GET_LOCK for the name, found by their statement's text in the
+# process list (performance_schema and metadata_lock_info are off by default on MariaDB).
+# A user without the PROCESS privilege sees its own sessions only.
+_WAITING = """(SELECT COUNT(*) FROM information_schema.PROCESSLIST
+     WHERE STATE = 'User lock' AND INFO LIKE CONCAT('%GET_LOCK(''', :name, '''%'))"""
+INSPECT = text(f"""
+SELECT IS_USED_LOCK(:name), (SELECT fence FROM headway_lock_fences WHERE name = :name),
+    {_WAITING}
+""")  # noqa: S608
+#: The same where the fence table was never made (no lock granted in this database yet).
+INSPECT_UNFENCED = text(f"SELECT IS_USED_LOCK(:name), 0, {_WAITING}")
 
 
 def kill(session: int) -> TextClause:
@@ -177,6 +190,14 @@ def grant(name: str, wait: float, ttl_ms: int) -> Generator[Step, Reply, int]:
             raise
         done = yield Step(FENCE, params)
     return done.lastrowid if done.rowcount else 0
+
+
+def lock_state(resource: str, row: Any) -> LockState:
+    """The ``LockState`` an ``INSPECT`` row tells: no owner (the server keeps no token)
+    and no time left (the TTL is the holder's session setting, which nobody else reads)."""
+    session, fence, waiting = row
+    holders = () if session is None else (Holder(int(fence or 0), None),)
+    return LockState(resource, holders, int(waiting))
 
 
 def waited(sent: float, now: float, ttl_ms: int) -> bool:

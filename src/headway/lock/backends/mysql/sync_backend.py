@@ -46,6 +46,7 @@ from headway.lock.backends.mysql.common import (
     reply,
     seconds,
 )
+from headway.lock.introspection import LockState
 from headway.lock.lease import Lease, check_timeout, check_ttl, new_token
 
 __all__ = ["SyncMySQLLockBackend"]
@@ -170,6 +171,26 @@ class SyncMySQLLockBackend(common.Common):
         token = new_token()
         self._held[token] = _Held(conn, name)
         return Lease(resource, token, fence, sent + ttl_ms / 1000, ttl_ms / 1000)
+
+    def inspect(self, resource: str) -> LockState:
+        """As ``MySQLLockBackend.inspect``, blocking.
+
+        Args:
+            resource: The lock's name.
+        """
+        params = {"name": lock_name(resource, self.database)}
+        try:
+            with self.engine.connect() as conn:
+                try:
+                    found = self._execute(conn, common.INSPECT, params, self.timeout)
+                except sqlalchemy.exc.DBAPIError as exc:
+                    if common.errno(exc) != common.NO_SUCH_TABLE:
+                        raise
+                    conn.rollback()
+                    found = self._execute(conn, common.INSPECT_UNFENCED, params, self.timeout)
+                return common.lock_state(resource, found.one())
+        except UNAVAILABLE as exc:
+            raise self._unavailable(exc) from exc
 
     def _checkout(self) -> tuple[Connection, int]:
         """A pooled connection and its session id (``KILL CONNECTION`` needs it)."""

@@ -24,11 +24,14 @@ from headway.lock.backends.redis.cluster_waker import ClusterWaker
 from headway.lock.backends.redis.keys import (
     ACQUIRE,
     EXTEND,
+    INSPECT,
     LEAVE,
     RELEASE,
     acquire_call,
+    inspect_call,
     leave_call,
     lock_keys,
+    lock_state,
     release_call,
 )
 from headway.lock.backends.redis.modes import RedisModeBackend
@@ -37,6 +40,7 @@ from headway.lock.backends.redis.waker import Waker
 from headway.lock.contract import AsyncWaiter
 from headway.lock.driver import QueuedBackend
 from headway.lock.flow import Attempt, Try
+from headway.lock.introspection import LockState
 from headway.lock.modes import LockMode, ModeKind
 
 __all__ = ["RedisLockBackend"]
@@ -114,6 +118,17 @@ class RedisLockBackend(QueuedBackend):
     def for_mode(self, mode: LockMode) -> RedisModeBackend:
         """This backend's locks in ``mode`` (see ``ModalLockBackend.for_mode``)."""
         return RedisModeBackend(self, mode)
+
+    async def inspect(self, resource: str) -> LockState:
+        """Who holds ``resource``'s lock, and how many wait (``InspectableLockBackend``).
+
+        Args:
+            resource: The lock's name.
+        """
+        reply = await self._call(INSPECT, *inspect_call(resource))
+        # Our own riders wait on our holder's release, not in Redis's line: counted here,
+        # they are invisible to other processes' inspect (docs/decisions/lock.md).
+        return lock_state(resource, reply, self._riders.riding(resource))
 
     async def _call(
         self,

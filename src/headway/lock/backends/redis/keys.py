@@ -18,17 +18,21 @@ from typing import Any
 from headway._keys import tagged
 from headway._redis.scripts import Script
 from headway.lock.flow import PLACE_MS, Try
+from headway.lock.introspection import Holder, LockState, owner_of
 
 __all__ = [
     "ACQUIRE",
     "EXTEND",
     "FENCE_RAISE",
+    "INSPECT",
     "LEAVE",
     "RELEASE",
     "acquire_call",
     "handed_to",
+    "inspect_call",
     "leave_call",
     "lock_keys",
+    "lock_state",
     "release_call",
     "text",
 ]
@@ -40,6 +44,7 @@ RELEASE = Script("lock/release", include=_HANDOFF, allow_oom=True)
 EXTEND = Script("lock/extend", allow_oom=True)
 LEAVE = Script("lock/leave", include=_HANDOFF, allow_oom=True)
 FENCE_RAISE = Script("lock/fence_raise")
+INSPECT = Script("lock/inspect", include=("clock",))
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +61,7 @@ class LockKeys:
     release: tuple[str, ...]
     leave: tuple[str, ...]
     extend: tuple[str, ...]
+    inspect: tuple[str, ...]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -77,6 +83,7 @@ def lock_keys(resource: str, sharded: bool = False) -> LockKeys:
         release=(owner, queue, places, released, fence),
         leave=(owner, queue, places, fence),
         extend=(owner,),
+        inspect=(owner, fence, places),
     )
 
 
@@ -123,6 +130,21 @@ def leave_call(
     """Keys and arguments of one ``lock/leave`` call."""
     k = lock_keys(resource, sharded)
     return k.leave, [waiter, k.channel]
+
+
+def inspect_call(resource: str) -> tuple[tuple[str, ...], list[Any]]:
+    """Keys and arguments of ``lock/inspect`` (read-only: no channel, no arguments)."""
+    return lock_keys(resource).inspect, []
+
+
+def lock_state(resource: str, reply: Any, riding: int = 0) -> LockState:
+    """The ``LockState`` a ``lock/inspect`` reply tells (the token shown only as its
+    owner), with ``riding`` waiters of ours not in Redis's line (``riders``)."""
+    token, fence, pttl_ms, waiting = text(reply[0]), reply[1], reply[2], int(reply[3])
+    if not token:
+        return LockState(resource, (), waiting + riding)
+    holder = Holder(int(fence), max(int(pttl_ms), 0) / 1000, owner_of(token))
+    return LockState(resource, (holder,), waiting + riding)
 
 
 def text(value: Any) -> str:

@@ -23,11 +23,13 @@ from headway._keys import tag_base
 from headway._redis.scripts import Script
 from headway.lock.backends.redis.keys import text
 from headway.lock.flow import Try
-from headway.lock.modes import LockMode
+from headway.lock.introspection import Holder, HolderMode, LockState, owner_of
+from headway.lock.modes import WHOLE, LockMode
 
 __all__ = [
     "MODE_ACQUIRE",
     "MODE_EXTEND",
+    "MODE_INSPECT",
     "MODE_LEAVE",
     "MODE_RELEASE",
     "MODE_TRY",
@@ -36,6 +38,7 @@ __all__ = [
     "handed",
     "holders_key",
     "mode_keys",
+    "mode_state",
     "released",
 ]
 
@@ -46,6 +49,7 @@ MODE_RELEASE = Script("lock/modes/release", include=_QUEUE, allow_oom=True)
 MODE_EXTEND = Script("lock/modes/extend", include=_QUEUE, allow_oom=True)
 MODE_LEAVE = Script("lock/modes/leave", include=_QUEUE, allow_oom=True)
 MODE_TRY = Script("lock/modes/try", include=_QUEUE)
+MODE_INSPECT = Script("lock/modes/inspect", include=("clock",))
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,10 +150,29 @@ class ModeCalls:
         answered -1 while somebody waits, then send ``extend``."""
         return self.short_keys(resource), [token, ttl_ms]
 
+    def inspect(self, resource: str) -> tuple[tuple[str, ...], list[Any]]:
+        """``lock/modes/inspect``: the holders, held and places keys, no arguments."""
+        keys = self.keys(resource).keys
+        return (keys[0], keys[1], keys[3]), []
+
     def leave(self, resource: str, waiter: str) -> tuple[tuple[str, ...], list[Any]]:
         """``lock/modes/leave``."""
         k = self.keys(resource)
         return k.keys, [waiter, k.channel, self.capacity]
+
+
+def mode_state(resource: str, family: str, reply: Any) -> LockState:
+    """The ``LockState`` a ``lock/modes/inspect`` reply tells, oldest fence first."""
+    holders = []
+    for i in range(1, len(reply) - 2, 3):
+        token, left_us, held = text(reply[i]), int(reply[i + 1]), text(reply[i + 2])
+        weight, _, fence = held.partition(":") if held else ("1", "", "0")
+        kind: HolderMode = "permits"
+        if family == "rw":
+            kind = "write" if int(weight) == WHOLE else "read"
+        holders.append(Holder(int(fence), left_us / 1e6, owner_of(token), kind))
+    holders.sort(key=lambda holder: holder.fence)
+    return LockState(resource, tuple(holders), int(reply[0]))
 
 
 def released(reply: Any) -> int:

@@ -18,15 +18,18 @@ from headway._redis.wire import forget
 from headway.lock.backends.redis.mode_keys import (
     MODE_ACQUIRE,
     MODE_EXTEND,
+    MODE_INSPECT,
     MODE_LEAVE,
     MODE_RELEASE,
     ModeCalls,
     handed,
+    mode_state,
     released,
 )
 from headway.lock.contract import AsyncWaiter, SyncWaiter
 from headway.lock.driver import QueuedBackend, SyncQueuedBackend
 from headway.lock.flow import Attempt, Try
+from headway.lock.introspection import LockState
 from headway.lock.modes import LockMode
 
 if TYPE_CHECKING:
@@ -47,6 +50,15 @@ class RedisModeBackend(QueuedBackend):
         self.node = backend.node
         self._backend = backend
         self._calls = ModeCalls(mode, backend._sharded)
+
+    async def inspect(self, resource: str) -> LockState:
+        """The holders of ``resource`` in this mode's family, and how many wait.
+
+        Args:
+            resource: The lock's name.
+        """
+        reply = await self._backend._call(MODE_INSPECT, *self._calls.inspect(resource))
+        return mode_state(resource, self.mode.family, reply)
 
     def _shielded(self) -> bool:
         return self._backend._shielded()
@@ -108,6 +120,15 @@ class SyncRedisModeBackend(SyncQueuedBackend):
         self.node = backend.node
         self._backend = backend
         self._calls = ModeCalls(mode, backend._sharded)
+
+    def inspect(self, resource: str) -> LockState:
+        """The holders of ``resource`` in this mode's family, and how many wait.
+
+        Args:
+            resource: The lock's name.
+        """
+        reply = self._backend._run(MODE_INSPECT, *self._calls.inspect(resource))
+        return mode_state(resource, self.mode.family, reply)
 
     def _try(self, resource: str, step: Try) -> Attempt:
         keys, args = self._calls.acquire(resource, step)

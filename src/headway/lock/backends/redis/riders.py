@@ -97,6 +97,13 @@ class Riders:
         self._unride(resource, over)
         return None
 
+    def riding(self, resource: str) -> int:
+        """How many of our waiters ride on our holder of ``resource`` (not yet in Redis's
+        line: ``inspect`` adds them to the line it reads)."""
+        with self._mutex:
+            held = self.held.get(resource)
+            return len(held.riders) if held is not None else 0
+
     def hold(self, resource: str, token: str, ttl_ms: int, since: float, home: object) -> None:
         """Record (or renew) ``token``'s hold, granted at ``since``; the riders of a hold
         it replaces (that one is over) try for themselves."""

@@ -24,11 +24,14 @@ from headway.lock.backends.redis.cluster_waker import SyncClusterWaker
 from headway.lock.backends.redis.keys import (
     ACQUIRE,
     EXTEND,
+    INSPECT,
     LEAVE,
     RELEASE,
     acquire_call,
+    inspect_call,
     leave_call,
     lock_keys,
+    lock_state,
     release_call,
 )
 from headway.lock.backends.redis.modes import SyncRedisModeBackend
@@ -37,6 +40,7 @@ from headway.lock.backends.redis.sync_waker import SyncWaker
 from headway.lock.contract import SyncWaiter
 from headway.lock.driver import SyncQueuedBackend
 from headway.lock.flow import Attempt, Try
+from headway.lock.introspection import LockState
 from headway.lock.modes import LockMode, ModeKind
 
 __all__ = ["SyncRedisLockBackend"]
@@ -113,6 +117,15 @@ class SyncRedisLockBackend(SyncQueuedBackend):
     def for_mode(self, mode: LockMode) -> SyncRedisModeBackend:
         """This backend's locks in ``mode`` (see ``SyncModalLockBackend.for_mode``)."""
         return SyncRedisModeBackend(self, mode)
+
+    def inspect(self, resource: str) -> LockState:
+        """Who holds ``resource``'s lock, and how many wait (``SyncInspectableLockBackend``).
+
+        Args:
+            resource: The lock's name.
+        """
+        reply = self._run(INSPECT, *inspect_call(resource))
+        return lock_state(resource, reply, self._riders.riding(resource))
 
     def _run(self, script: Script, keys: Sequence[str], args: list[Any]) -> Any:
         """Run ``script`` on our sockets (or redis-py), its errors as ``_call``'s."""

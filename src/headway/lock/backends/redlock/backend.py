@@ -65,9 +65,17 @@ from headway._errors import BackendUnavailable, LockNotAcquired, LockNotOwned
 from headway._redis.resp import pack
 from headway._redis.scripts import Script
 from headway._redis.wire import forget
-from headway.lock.backends.redis.keys import EXTEND, FENCE_RAISE, lock_keys
+from headway.lock.backends.redis.keys import (
+    EXTEND,
+    FENCE_RAISE,
+    INSPECT,
+    inspect_call,
+    lock_keys,
+    text,
+)
 from headway.lock.backends.redlock.nodes import Nodes
 from headway.lock.driver import run_to_end
+from headway.lock.introspection import Holder, LockState, owner_of
 from headway.lock.lease import Lease, _finite_seconds, check_timeout, check_ttl, new_token
 
 __all__ = ["RedlockBackend"]
@@ -294,6 +302,42 @@ class RedlockBackend:
                 backend="redlock",
             )
         return Lease(lease.resource, lease.token, lease.fence, deadline, ttl_ms / 1000)
+
+    async def inspect(self, resource: str) -> LockState:
+        """Who holds ``resource``'s lock: the token a majority of nodes agree on.
+
+        Every node is asked at once (``lock/inspect``, read-only). The holder's fence is
+        the highest of its nodes', and its time left the quorum-th longest of their
+        leases (the lock is held while a majority holds it). Redlock keeps no line of
+        waiters (rounds of SET NX): ``waiting`` is always 0.
+
+        Args:
+            resource: The lock's name.
+
+        Raises:
+            BackendUnavailable: Fewer nodes than a majority answered.
+        """
+        keys, args = inspect_call(resource)
+        replies = await self._nodes.everywhere(INSPECT, keys, [args] * len(self._nodes))
+        answered = [r for r in replies if not isinstance(r, BaseException)]
+        if len(answered) < self.quorum:
+            raise BackendUnavailable(
+                f"cannot tell who holds lock {resource!r}: {len(answered)}/"
+                f"{len(self.clients)} nodes answered (quorum {self.quorum})"
+                + self._nodes.errors(replies),
+                backend="redlock",
+            )
+        by_token: dict[str, list[tuple[int, int]]] = {}
+        for reply in answered:
+            if token := text(reply[0]):
+                by_token.setdefault(token, []).append((int(reply[1]), int(reply[2])))
+        for token, nodes in by_token.items():
+            if len(nodes) >= self.quorum:
+                left_ms = sorted((pttl for _, pttl in nodes), reverse=True)[self.quorum - 1]
+                fence = max(fence for fence, _ in nodes) if self.fencing else 0
+                holder = Holder(fence, max(left_ms, 0) / 1000, owner_of(token))
+                return LockState(resource, (holder,))
+        return LockState(resource)  # free, or a round under way that no majority granted yet
 
     async def aclose(self) -> None:
         """Close this event loop's connections, and the clients opened by ``from_urls``

@@ -1,16 +1,19 @@
 """kazoo's asynchronous calls as asyncio awaitables, without a thread per call.
 
-kazoo writes requests and reads replies on its own connection thread and settles
-each call's ``IAsyncResult`` from its completion thread. ``settled`` hooks a callback
-onto that result which moves the outcome to the event loop with
-``call_soon_threadsafe``; a watch fires the same way (``WatchWaker``). Errors that mean
-"ZooKeeper could not answer" become ``BackendUnavailable``.
+kazoo writes requests and reads replies on its own connection thread. ``settled`` hooks
+a callback onto a call's ``IAsyncResult`` which moves the outcome to the event loop with
+``call_soon_threadsafe``; a watch fires the same way (``WatchWaker``). With the backend's
+own ``InlineHandler`` both run straight on the connection thread instead of going
+through kazoo's completion thread first (docs/decisions/lock.md: "ZooKeeper replies
+skip kazoo's completion thread"). Errors that mean "ZooKeeper could not answer" become
+``BackendUnavailable``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from typing import Any
 
 from kazoo.exceptions import (
@@ -19,10 +22,12 @@ from kazoo.exceptions import (
     OperationTimeoutError,
     SessionExpiredError,
 )
+from kazoo.handlers.threading import AsyncResult, SequentialThreadingHandler
+from kazoo.protocol.states import Callback
 
 from headway._errors import BackendUnavailable
 
-__all__ = ["UNAVAILABLE", "WatchWaker", "settled", "unavailable"]
+__all__ = ["UNAVAILABLE", "InlineHandler", "WatchWaker", "settled", "unavailable"]
 
 #: kazoo errors after which the request's fate is unknown or the session must be
 #: re-established: the caller may retry later.
@@ -55,16 +60,51 @@ def _settle(future: asyncio.Future[Any], result: Any) -> None:
         future.set_result(value)
 
 
+class _Hop:
+    """A result callback that only hands the result to the loop: safe to run on any
+    thread, kazoo's connection thread included (it never blocks)."""
+
+    __slots__ = ("future", "loop")
+
+    def __init__(self, future: asyncio.Future[Any], loop: asyncio.AbstractEventLoop) -> None:
+        self.future, self.loop = future, loop
+
+    def __call__(self, result: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+            self.loop.call_soon_threadsafe(_settle, self.future, result)
+
+
 def settled(result: Any, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
     """A future on ``loop`` that settles with kazoo's async ``result``."""
     future: asyncio.Future[Any] = loop.create_future()
-
-    def done(result: Any) -> None:  # on kazoo's completion thread
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-            loop.call_soon_threadsafe(_settle, future, result)
-
-    result.rawlink(done)
+    result.rawlink(_Hop(future, loop))
     return future
+
+
+class _InlineResult(AsyncResult):  # type: ignore[misc]
+    """kazoo's result, running headway's hops where it is set; other callbacks (kazoo's
+    own, which may block) still go to the completion thread."""
+
+    def _do_callbacks(self) -> None:
+        for callback in self._callbacks:
+            if isinstance(callback, _Hop) or not self._handler.running:
+                callback(self)
+            else:
+                self._handler.completion_queue.put(functools.partial(callback, self))
+
+
+class InlineHandler(SequentialThreadingHandler):  # type: ignore[misc]
+    """kazoo's threading handler, but the backend's hops and watch wake-ups run on the
+    connection thread: each reply and watch event reaches the loop one thread hop sooner."""
+
+    def async_result(self) -> AsyncResult:
+        return _InlineResult(self)
+
+    def dispatch_callback(self, callback: Callback) -> None:
+        if isinstance(getattr(callback.func, "__self__", None), WatchWaker):
+            callback.func(*callback.args)
+        else:
+            super().dispatch_callback(callback)
 
 
 class WatchWaker:

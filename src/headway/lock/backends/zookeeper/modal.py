@@ -28,7 +28,8 @@ from headway._clock import Clock
 from headway.lock.backends.zookeeper.paths import family_path, sequence
 from headway.lock.backends.zookeeper.queue import ZooKeeperQueue
 from headway.lock.backends.zookeeper.session import Session
-from headway.lock.modes import WHOLE, LockMode, fits
+from headway.lock.introspection import HolderMode
+from headway.lock.modes import READ, WHOLE, WRITE, LockMode, fits, permits
 
 __all__ = ["ZooKeeperModeBackend", "blockers"]
 
@@ -82,3 +83,10 @@ class ZooKeeperModeBackend(ZooKeeperQueue):
 
     def _blockers(self, mine: str, children: list[str]) -> list[str]:
         return blockers(self.mode, mine, children)
+
+    def _holds(self, name: str, children: list[str]) -> HolderMode | None:
+        # Each node by its own mode, read from its name (the view's may differ).
+        mode = WRITE if name.startswith("write-") else READ
+        if name.startswith("permit-"):
+            mode = permits(_capacity(name))
+        return None if blockers(mode, name, children) else mode.kind

@@ -21,11 +21,12 @@ from headway._clock import Clock
 from headway._errors import BackendUnavailable
 from headway.lock import flow
 from headway.lock.backends.zookeeper.bridge import WatchWaker
-from headway.lock.backends.zookeeper.paths import token_of
+from headway.lock.backends.zookeeper.paths import sequence, token_of
 from headway.lock.backends.zookeeper.session import Session
 from headway.lock.contract import AsyncWaiter
 from headway.lock.driver import QueuedBackend
 from headway.lock.flow import Attempt, Try, parse_waiter
+from headway.lock.introspection import Holder, HolderMode, LockState, owner_of
 from headway.lock.lease import Lease, check_ttl
 
 __all__ = ["Node", "ZooKeeperQueue"]
@@ -69,6 +70,37 @@ class ZooKeeperQueue(QueuedBackend):
     def _blockers(self, mine: str, children: list[str]) -> list[str]:
         """The nodes ``mine`` waits for, [] if it is granted: it cannot be granted while
         they all remain, so it watches them and looks again when one goes."""
+
+    def _holds(self, name: str, children: list[str]) -> HolderMode | None:
+        """How the request of node ``name`` holds the lock (its mode), None if it waits."""
+        return None if self._blockers(name, children) else "exclusive"
+
+    async def inspect(self, resource: str) -> LockState:
+        """Who holds ``resource``'s lock, and how many wait (``InspectableLockBackend``).
+
+        The folder's request nodes, read in one listing: those granted by the queue's
+        rule hold (fence: the node's ``czxid``; owner: read from the token in its name),
+        the others wait. ``expires_in`` is None: a lease's end is its holder's own
+        timer, and the server only keeps the node until the holder's session expires
+        (``session_timeout`` after it was last heard).
+
+        Args:
+            resource: The lock's name.
+        """
+        await self.session.ready()
+        folder = self._folder(resource)
+        children = [name for name in await self._children(folder) if sequence(name) >= 0]
+        held = [(name, mode) for name in children if (mode := self._holds(name, children))]
+        client = self.session.client
+        calls = [client.exists_async(f"{folder}/{name}") for name, _ in held]
+        stats = [await self.session.call(call) for call in calls]
+        holders = [
+            Holder(stat.czxid, None, owner_of(token_of(name)), mode)
+            for (name, mode), stat in zip(held, stats, strict=True)
+            if stat is not None  # released as we looked
+        ]
+        holders.sort(key=lambda holder: holder.fence)
+        return LockState(resource, tuple(holders), len(children) - len(held))
 
     def _check(self, ttl: float) -> None:
         if check_ttl(ttl) > self.session.session_ms:

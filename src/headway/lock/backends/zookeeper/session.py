@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any
 from kazoo.client import KazooClient
 
 from headway._errors import BackendUnavailable
-from headway.lock.backends.zookeeper.bridge import UNAVAILABLE, WatchWaker, settled, unavailable
+from headway.lock.backends.zookeeper.bridge import (
+    UNAVAILABLE,
+    InlineHandler,
+    WatchWaker,
+    settled,
+    unavailable,
+)
 from headway.lock.lease import check_timeout, check_ttl
 
 if TYPE_CHECKING:
@@ -35,6 +41,8 @@ class Session:
             raise ValueError(f"timeout must be > 0, got {timeout!r}")
         self.timeout = timeout
         self.hosts = hosts
+        # A handler of the caller's is kept; ours settles replies one thread hop sooner.
+        options.setdefault("handler", InlineHandler())
         self.client = KazooClient(hosts=hosts, timeout=session_timeout, **options)
         self.live: threading.Event | None = None
         self.nodes: dict[str, Node] = {}  # token -> its node, waiting or holding
