@@ -345,3 +345,18 @@ async def test_a_metered_request_may_wait_in_line_for_its_estimate(
     assert limiter is not None
     # One estimate's refill away at most: a try refused in the line charged nothing.
     assert (await limiter.peek("llm/user", cost=10)).retry_after <= 0.1
+
+
+async def test_the_decorator_settles_a_sync_handlers_response(backend: RateLimitBackend) -> None:
+    @rate_limit(
+        TOKENS, name="sync", identity=lambda scope: "user", backend=backend,
+        metering=Metering(estimate=50),
+    )  # fmt: skip
+    def complete(request: Request) -> Response:  # run in the thread pool
+        return JSONResponse({}, headers={"X-Tokens-Used": "4"})
+
+    app = Starlette(routes=[Route("/complete", complete)])
+    async with _client(app) as client:
+        assert (await client.get("/complete")).status_code == 200
+    limiter = complete.guard.rules[0].limiter  # type: ignore[attr-defined]
+    assert (await limiter.peek("sync/user")).remaining == 996
