@@ -24,7 +24,12 @@ GUIDES = ["README.md", "benchmarks/README.md"] + [
 HISTORIES = [f for f in TRACKED if f.startswith("docs/decisions/")] + ["CHANGELOG.md"]
 #: Files a walkthrough asks the reader to create (docs/extending.md's new algorithm,
 #: docs/getting-started.md's first app).
-EXAMPLES = {"src/headway/lua/ratelimit/gcra2.lua", "lua/ratelimit/leasing/gcra2.lua", "app.py"}
+EXAMPLES = {
+    "src/headway/lua/ratelimit/gcra2.lua",
+    "lua/ratelimit/leasing/gcra2.lua",
+    "lua/ratelimit/settling/gcra2.lua",
+    "app.py",
+}
 
 FILE = re.compile(r"`([A-Za-z0-9_./-]+\.(?:py|lua|sql|md|toml|cfg))`")
 NAME = re.compile(r"`(headway(?:\.[A-Za-z_][A-Za-z0-9_]*)+)`")

@@ -242,3 +242,43 @@ async def test_fastapi_example_documents_its_refusals(reports: httpx.AsyncClient
         assert "application/problem+json" in responses["429"]["content"]
         assert "503" in responses  # a policies function may fail closed
         assert "application/problem+json" in responses["422"]["content"]  # invalid_request
+
+
+@pytest.fixture(params=["memory", "redis"])
+def llm_example(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The LLM example's module, its limits in memory or on the test Redis (flushed)."""
+    url = "" if request.param == "memory" else request.getfixturevalue("redis_url")
+    if url:
+        request.getfixturevalue("sync_redis_client")  # flushes the database
+    monkeypatch.setenv("HEADWAY_REDIS_URL", url)
+    # In process (as the payments and FastAPI examples): a new interpreter takes seconds
+    # to import FastAPI and redis-py on a loaded machine.
+    return runpy.run_path(str(EXAMPLES / "llm_endpoint.py"))
+
+
+@pytest.mark.anyio
+async def test_llm_endpoint_demo(
+    llm_example: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    await llm_example["demo"]()
+    out = capsys.readouterr().out
+    assert "requests answered: 6, refused: 2" in out
+    assert "refused by: ['tokens']" in out
+    assert "small answers: 20 of 21" in out
+
+
+@pytest.mark.anyio
+async def test_llm_endpoint_settles_the_tokens_streamed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HEADWAY_REDIS_URL", "")
+    example = runpy.run_path(str(EXAMPLES / "llm_endpoint.py"))
+    transport = httpx.ASGITransport(app=example["app"])
+    ask: dict[str, str | int] = {"prompt": "word " * 10, "max_tokens": 100}  # 30 tokens
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        first = await client.get("/v1/completions", params=ask, headers={"x-api-key": "k"})
+        second = await client.get("/v1/completions", params=ask, headers={"x-api-key": "k"})
+    assert first.text.count("tok") == 30
+    # Sent before the stream: 100 reserved of 2,000. The next one sees 30 settled, then
+    # its own 100 reserved (and the refill since: 2,000 a minute).
+    assert '"tokens";r=1900;' in first.headers["ratelimit"]
+    left = int(second.headers["ratelimit"].split('"tokens";r=')[1].split(";")[0])
+    assert 1870 <= left <= 1875

@@ -92,6 +92,12 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     )
     from headway.ratelimit.backends.memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
     from headway.ratelimit.backends.redis import RedisRateLimitBackend, SyncRedisRateLimitBackend
+    from headway.ratelimit.backends.settling import (
+        ReservingBackend,
+        SyncReservingBackend,
+        reserve_states,
+        settle_states,
+    )
     from headway.ratelimit.concurrency import ConcurrencyLimiter, SyncConcurrencyLimiter
     from headway.ratelimit.decision import Decision, PolicyDecision, Source
     from headway.ratelimit.http.decorator import RateLimitDecorator, rate_limit
@@ -104,6 +110,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         Identity,
         SessionCookie,
     )
+    from headway.ratelimit.http.metering import Meter, Metering
     from headway.ratelimit.http.middleware import RateLimitMiddleware
     from headway.ratelimit.http.refusals import RefusalContext, RefusalHook
     from headway.ratelimit.http.rules import LimiterSettings, PolicyFunction, Rule
@@ -120,6 +127,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         SlidingLog,
         TokenBucket,
     )
+    from headway.ratelimit.reservation import Reservation
     from headway.ratelimit.slots import Admission, Grant
     from headway.ratelimit.sync_limiter import SyncRateLimiter
 
@@ -215,6 +223,14 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway.ratelimit.http.websocket_rules": ("WebSocketRule",),
     "headway.ratelimit.leasing": ("Leasing",),
     "headway.ratelimit.limiter": ("RateLimiter",),
+    "headway.ratelimit.reservation": ("Reservation",),
+    "headway.ratelimit.http.metering": ("Meter", "Metering"),
+    "headway.ratelimit.backends.settling": (
+        "ReservingBackend",
+        "SyncReservingBackend",
+        "reserve_states",
+        "settle_states",
+    ),
     "headway.ratelimit.sync_limiter": ("SyncRateLimiter",),
     "headway.ratelimit.policies": (
         "Concurrency",
@@ -308,6 +324,8 @@ __all__ = [
     "LockState",
     "MemoryLockBackend",
     "MemoryRateLimitBackend",
+    "Meter",
+    "Metering",
     "ModalLockBackend",
     "MonotonicClock",
     "MultiAcquireBackend",
@@ -334,6 +352,8 @@ __all__ = [
     "RedlockBackend",
     "RefusalContext",
     "RefusalHook",
+    "Reservation",
+    "ReservingBackend",
     "ResultNotSerializable",
     "Rule",
     "RunOnceDecorator",
@@ -363,6 +383,7 @@ __all__ = [
     "SyncReadWriteLock",
     "SyncRedisLockBackend",
     "SyncRedisRateLimitBackend",
+    "SyncReservingBackend",
     "SyncSemaphore",
     "SyncWindowClaimBackend",
     "TokenBucket",
@@ -383,7 +404,9 @@ __all__ = [
     "lease_states",
     "locked",
     "rate_limit",
+    "reserve_states",
     "run_once",
+    "settle_states",
     "state_names",
 ]
 

@@ -31,7 +31,10 @@ from tests.servers import RedisServers, Server
 BackendFactory = Callable[[], RateLimitBackend]
 
 #: What a test may need beyond the contract, and what that means.
-CAPABILITIES = {"lease": "leased quota: the backend's ``lease`` (``LeasingBackend``)"}
+CAPABILITIES = {
+    "lease": "leased quota: the backend's ``lease`` (``LeasingBackend``)",
+    "reserve": "metered costs: the backend's ``reserve`` and ``settle`` (``ReservingBackend``)",
+}
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,9 @@ async def _toy(request: pytest.FixtureRequest) -> AsyncIterator[BackendFactory]:
 RATE_LIMIT_BACKENDS: dict[str, Entry] = {
     "memory": Entry(_memory),
     "redis": Entry(_redis),
-    "toy": Entry(_toy),
+    "toy": Entry(
+        _toy, lacks={"reserve": "written before metered costs: a third party's backend need not"}
+    ),
 }
 
 

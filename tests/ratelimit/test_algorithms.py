@@ -20,7 +20,7 @@ from headway import (
     TokenBucket,
 )
 from headway._redis.scripts import Script
-from headway.ratelimit import algorithms, lease_model, model
+from headway.ratelimit import algorithms, lease_model, model, settle_model
 from headway.ratelimit.algorithms import ALGORITHMS, Algorithm, PolicySet, algorithm_of
 from headway.ratelimit.backends.redis_scripts import decide_script, lease_script
 from headway.ratelimit.lease_model import BucketLease, NotLeased, WindowLease
@@ -29,6 +29,7 @@ from headway.ratelimit.policies import Policy
 COMMON = Script("ratelimit/common").source
 CLOCK = Script("clock").source
 LEASING = Script("ratelimit/leasing").source
+SETTLING = Script("ratelimit/settling").source
 
 
 def _header(source: str) -> str:
@@ -117,6 +118,25 @@ def test_each_algorithm_says_how_it_is_leased_and_its_lease_fragment_registers_t
         assert used == needs.get(library, set()), library
 
 
+@pytest.mark.parametrize("algorithm", ALGORITHMS, ids=lambda a: a.policy.name)
+def test_each_algorithms_settle_fragment_registers_its_kind_and_says_its_rule(
+    algorithm: Algorithm,
+) -> None:
+    source = Script(algorithm.settle_fragment).source
+    header = _header(source)
+    body = source[len(header) :]
+    assert re.findall(r"^settling\[(\d+)\] = ", body, re.MULTILINE) == [str(algorithm.kind)]
+    assert f"REGISTERS   settling[{algorithm.kind}]" in header
+    assert "-- RULE" in header  # the settle rule, in words (docs/ratelimit.md's table)
+    assert f"string_state = {str(algorithm.string_state).lower()}" in body
+    assert algorithm.settle is getattr(settle_model, algorithm.policy.name)
+    needs = _needs(header)
+    for library, names in (("ratelimit/common.lua", _defined_by(COMMON)),
+                           ("ratelimit/settling.lua", _defined_by(SETTLING))):  # fmt: skip
+        used = {name for name in names if re.search(rf"\b{name}\b", body)}
+        assert used == needs.get(library, set()), library
+
+
 def test_the_leasing_library_knows_no_algorithm() -> None:
     # Which kinds can be leased is the table's and the lease fragments' to say.
     assert not re.search(r"(algorithms|leasing)\[\d", LEASING)
@@ -136,12 +156,15 @@ def test_an_algorithm_that_does_not_say_how_it_is_leased_is_refused() -> None:
     with pytest.raises(TypeError, match="lease"):
         Algorithm(6, TokenBucket, model.token_bucket, "ratelimit/token_bucket")  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="must say whether and how its quota is leased"):
-        Algorithm(6, TokenBucket, model.token_bucket, "ratelimit/t", lease=None)  # type: ignore[arg-type]
+        Algorithm(
+            6, TokenBucket, model.token_bucket, "ratelimit/t", lease=None,  # type: ignore[arg-type]
+            settle=settle_model.token_bucket,
+        )  # fmt: skip
     # lease.lua keeps every policy's state in one string: a key of one's own is not leased.
     with pytest.raises(ValueError, match="cannot be leased"):
         Algorithm(
             6, SlidingLog, model.sliding_log, "ratelimit/sliding_log", string_state=False,
-            lease=lease_model.fixed_window,
+            lease=lease_model.fixed_window, settle=settle_model.sliding_log,
         )  # fmt: skip
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from headway.ratelimit import lease_model, model
+from headway.ratelimit import lease_model, model, settle_model
 from headway.ratelimit.lease_model import BucketLease, Lease, NotLeased, WindowLease
 from headway.ratelimit.model import ModelCheck
 from headway.ratelimit.policies import (
@@ -24,6 +24,7 @@ from headway.ratelimit.policies import (
     SlidingLog,
     TokenBucket,
 )
+from headway.ratelimit.settle_model import ModelSettle
 
 __all__ = ["ALGORITHMS", "POLICY_CLASSES", "Algorithm", "PolicySet", "algorithm_of"]
 
@@ -42,6 +43,14 @@ class Algorithm:
     #: Whether and how a lease takes its quota: required, so that a new algorithm is
     #: never silently left out of leasing (``lease_model``).
     lease: Lease = field(kw_only=True)
+    #: How a reservation settles (``settle_model``; its fragment
+    #: ``lua/ratelimit/settling/<name>.lua``): required, as every algorithm must settle.
+    settle: ModelSettle = field(kw_only=True)
+
+    @property
+    def settle_fragment(self) -> str:
+        """The script of its settle rule, under ``lua/``."""
+        return "ratelimit/settling/" + self.policy.name
 
     def __post_init__(self) -> None:
         name = f"{self.policy.__name__} (kind {self.kind})"
@@ -67,15 +76,15 @@ class Algorithm:
 ALGORITHMS: tuple[Algorithm, ...] = (
     Algorithm(
         1, TokenBucket, model.token_bucket, "ratelimit/token_bucket",
-        lease=lease_model.token_bucket,
+        lease=lease_model.token_bucket, settle=settle_model.token_bucket,
     ),
     Algorithm(
         2, LeakyBucket, model.leaky_bucket, "ratelimit/leaky_bucket",
-        lease=lease_model.leaky_bucket,
+        lease=lease_model.leaky_bucket, settle=settle_model.leaky_bucket,
     ),
     Algorithm(
         3, FixedWindow, model.fixed_window, "ratelimit/fixed_window",
-        lease=lease_model.fixed_window,
+        lease=lease_model.fixed_window, settle=settle_model.fixed_window,
     ),
     Algorithm(
         4, SlidingLog, model.sliding_log, "ratelimit/sliding_log", string_state=False,
@@ -83,10 +92,11 @@ ALGORITHMS: tuple[Algorithm, ...] = (
             "a sliding log records each unit when it is charged, so a unit spent later "
             "would leave its window early (see docs/ratelimit.md, 'Leased quota')"
         ),
+        settle=settle_model.sliding_log,
     ),
     Algorithm(
         5, SlidingCounter, model.sliding_counter, "ratelimit/sliding_counter",
-        lease=lease_model.sliding_counter,
+        lease=lease_model.sliding_counter, settle=settle_model.sliding_counter,
     ),
 )  # fmt: skip
 
@@ -117,6 +127,7 @@ class PolicySet(tuple[Policy, ...]):
     specs: tuple[tuple[int, int, int], ...]
     flat: tuple[int, ...]
     checks: tuple[tuple[ModelCheck, int, int], ...]
+    settles: tuple[tuple[ModelSettle, int, int], ...]
     leases: tuple[Lease, ...]
     suffixes: tuple[str, ...]
     stored: tuple[str, ...]
@@ -128,6 +139,7 @@ class PolicySet(tuple[Policy, ...]):
         self.specs = tuple((a.kind, *p.params()) for a, p in zip(used, self, strict=True))
         self.flat = tuple(n for spec in self.specs for n in spec)
         self.checks = tuple((a.model, *p.params()) for a, p in zip(used, self, strict=True))
+        self.settles = tuple((a.settle, *p.params()) for a, p in zip(used, self, strict=True))
         self.leases = tuple(a.lease for a in used)
         parts = [p.key_part for p in self]
         if len(parts) == 1:

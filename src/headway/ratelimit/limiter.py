@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 from headway._clock import Clock, within
@@ -18,9 +19,11 @@ from headway.ratelimit.arguments import check_seconds
 from headway.ratelimit.backends.contract import LeasingBackend, RateLimitBackend
 from headway.ratelimit.backends.fast_path import fast_path_of
 from headway.ratelimit.backends.memory import MemoryRateLimitBackend
+from headway.ratelimit.backends.settling import ReservingBackend
 from headway.ratelimit.decision import Decision, decision_from_reply
 from headway.ratelimit.leasing import Held, Leasing, Ledger, back_of
 from headway.ratelimit.policies import Policy
+from headway.ratelimit.reservation import Reservation
 from headway.ratelimit.shell import Shell, nanoseconds
 from headway.ratelimit.waiting import WaitLines
 
@@ -47,11 +50,15 @@ class RateLimiter(Shell):
             ``time.monotonic``.
         lease: Take quota from the backend in chunks and decide in process, exactly
             (``Leasing``, docs/ratelimit.md); the backend must lease. Default None.
+        metered: The policies ``reserve`` charges its estimate and ``settle`` adjusts
+            (tokens per minute); the others are charged 1 per reservation (requests per
+            minute). Default None: every policy is metered.
 
     Raises:
         TypeError: A policy that is not one, a backend that cannot lease with ``lease``,
             or a number of seconds of the wrong type.
-        ValueError: No policy, two alike, or a negative or infinite number of seconds.
+        ValueError: No policy, two alike, a negative or infinite number of seconds, or a
+            metered policy that is not one of ``policies``.
     """
 
     def __init__(
@@ -63,8 +70,9 @@ class RateLimiter(Shell):
         cache_blocked: bool | int = False,
         clock: Clock | None = None,
         lease: Leasing | None = None,
+        metered: Sequence[Policy] | None = None,
     ) -> None:
-        super().__init__(policies, budget, retry_on_error, cache_blocked, clock)
+        super().__init__(policies, budget, retry_on_error, cache_blocked, clock, metered)
         self.backend: RateLimitBackend = backend or MemoryRateLimitBackend()
         self.lease = lease
         self._ledger: Ledger | None = None
@@ -81,6 +89,9 @@ class RateLimiter(Shell):
         # Only a fast path's futures are read: without one, ``_read`` is never called.
         self._read = decision_from_reply if fast is None else fast.read
         self._failures = () if fast is None else fast.failures
+        # Its reservations' calls, started the same way (when it offers them).
+        self._reserve = None if fast is None else fast.reserve
+        self._settle = None if fast is None else fast.settle
 
     async def decide(self, key: str, cost: int = 1, *, peek: bool = False) -> Decision:
         """``hit`` (or, with ``peek``, ``peek``) in one call: for callers choosing per call.
@@ -243,6 +254,93 @@ class RateLimiter(Shell):
             ValueError: ``cost`` < 1, or more than some policy could ever admit.
         """
         return await self.decide(key, cost, peek=True)
+
+    async def reserve(self, key: str, estimate: int, *, ttl: float = 600.0) -> Reservation:
+        """Charge an estimate now, to be settled with the actual cost when it is known.
+
+        Every metered policy is charged ``estimate``, every other one 1, all-or-nothing,
+        in one backend call (never from a lease: the settle must find the charge where
+        the backend made it). Settle the reservation once with ``settle``; one never
+        settled keeps its estimate. A backend that fails or is slower than the budget
+        gives the failure-mode decision, and a reservation with nothing to settle.
+
+        Args:
+            key: Whose quota: any str (the identity, often with a prefix).
+            estimate: Units charged to each metered policy (>= 0, and no more than the
+                smallest metered policy's limit).
+            ttl: Seconds (of the limiter's clock) after which ``settle`` does nothing
+                and the estimate stays charged; default 600.0.
+
+        Raises:
+            TypeError: The backend cannot reserve, or an argument of the wrong type.
+            ValueError: ``estimate`` out of range, or ``ttl`` not finite and > 0.
+        """
+        costs, expires = self._reserving(key, estimate, ttl)
+        backend: ReservingBackend = self.backend  # type: ignore[assignment]
+        reserve = self._reserve
+        try:
+            started = None if reserve is None else reserve(key, self.policies, costs, self.budget)
+            if started is not None:  # written at once: the budget is the call's timeout
+                reply = await started
+                decision, at_us = decision_from_reply(reply[:-1], self.policies), reply[-1]
+            else:
+                call = backend.reserve(key, self.policies, costs)
+                decision, at_us = await within(self.budget, call)
+        except (TimeoutError, BackendUnavailable):  # the budget ran out, or the backend failed
+            return self._reservation(key, self._failed(), costs, estimate, None, expires)
+        except self._failures:  # a future from the fast path failed
+            return self._reservation(key, self._failed(), costs, estimate, None, expires)
+        return self._reservation(key, decision, costs, estimate, at_us, expires)
+
+    async def settle(self, reservation: Reservation, actual: int) -> bool:
+        """Settle ``reservation`` at ``actual`` units: refund the difference, or charge the rest.
+
+        Only the metered policies change, each by its algorithm's rule (a refund only
+        while the reservation's window still counts; a bucket never past full); the rest
+        may take the key past its limit (debt: later calls are refused until it is paid).
+        Returns True when the backend applied it (no call when ``actual`` is the
+        estimate), False when there was nothing to settle (refused, failure mode,
+        expired: the estimate stays charged) or the backend failed or was slower than
+        the budget (then a call already written may still run, once).
+
+        Args:
+            reservation: What ``reserve`` returned, settled once.
+            actual: The actual cost, in units (0 to 10**9).
+
+        Raises:
+            TypeError: ``reservation`` or ``actual`` of the wrong type.
+            ValueError: ``actual`` out of range, or another limiter's reservation.
+            RuntimeError: ``reservation`` was settled already.
+        """
+        costs = self._settling(reservation, actual)
+        if costs is None:
+            return False
+        if costs == reservation.charged:
+            return True
+        backend: ReservingBackend = self.backend  # type: ignore[assignment]
+        key, at_us, charged, settle = (
+            reservation.key,
+            reservation.at_us,
+            reservation.charged,
+            self._settle,
+        )
+        assert at_us is not None
+        try:
+            started = (
+                None
+                if settle is None
+                else settle(key, self.policies, at_us, charged, costs, self.budget)
+            )
+            if started is not None:
+                reservation.settled_at_us = int(await started)
+            else:
+                call = backend.settle(key, self.policies, at_us, charged, costs)
+                reservation.settled_at_us = await within(self.budget, call)
+        except (TimeoutError, BackendUnavailable):
+            return False
+        except self._failures:
+            return False
+        return True
 
     async def reset(self, key: str) -> None:
         """Forget ``key``'s usage under every policy.

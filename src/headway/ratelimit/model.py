@@ -47,7 +47,8 @@ def token_bucket(state: int | None, now: int, cost: int, a: int, b: int) -> Algo
     tat = max(now if state is None else state, now)
     new_tat = tat + cost * a
     ok = new_tat - now <= tau
-    remaining = (tau - (tat - now)) // a
+    # In debt (a settled reservation charged past the limit) nothing remains.
+    remaining = max(0, tau - (tat - now)) // a
     after = (tau - (new_tat - now)) // a if ok else remaining
     retry = 0 if ok else new_tat - tau - now
     # The key lives as long as any state can matter (a refill from empty): a Redis key
@@ -64,7 +65,7 @@ def leaky_bucket(
     level = max(0, level - max(0, now - stamp))
     new_level = level + cost * a
     ok = new_level <= full
-    remaining = (full - level) // a
+    remaining = max(0, full - level) // a
     after = (full - new_level) // a if ok else remaining
     retry = 0 if ok else new_level - full
     # As the token bucket: the key lives as long as a full bucket takes to leak.
@@ -79,9 +80,10 @@ def fixed_window(
     count = state[1] if state is not None and state[0] == index else 0
     reset = (index + 1) * a - now
     ok = count + cost <= b
-    after = b - count - cost if ok else b - count
+    left = max(0, b - count)  # a count past the limit is debt: nothing remains
+    after = b - count - cost if ok else left
     return AlgorithmResult(
-        ok, b - count, after, reset, reset, 0 if ok else reset, (index, count + cost), reset
+        ok, left, after, reset, reset, 0 if ok else reset, (index, count + cost), reset
     )
 
 
@@ -98,7 +100,8 @@ def sliding_log(state: list[int] | None, now: int, cost: int, a: int, b: int) ->
         # The zset's TTL: two windows, kept while it covers one past the newest entry.
         return AlgorithmResult(True, b - count, b - count - cost, reset, a, 0, written, 2 * a)
     retry = log[count + cost - b - 1] + a - now
-    return AlgorithmResult(False, b - count, b - count, reset, reset, retry, log, 2 * a)
+    left = max(0, b - count)  # more entries than the limit: debt
+    return AlgorithmResult(False, left, left, reset, reset, retry, log, 2 * a)
 
 
 def _counter_reset(index: int, a: int, now: int, c: int, p: int) -> int:

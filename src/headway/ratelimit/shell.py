@@ -16,6 +16,13 @@ from headway.ratelimit.arguments import check_cost, check_policies, check_second
 from headway.ratelimit.blocked import BlockedCache
 from headway.ratelimit.decision import Decision, fallback
 from headway.ratelimit.policies import Policy
+from headway.ratelimit.reservation import (
+    Reservation,
+    expiry,
+    metered_mask,
+    reserved_costs,
+    settled_costs,
+)
 
 __all__ = ["Shell", "nanoseconds", "retry_pause"]
 
@@ -42,6 +49,8 @@ def retry_pause(decision: Decision, deadline: float, now: float) -> float | None
 class Shell:
     """What both limiters share: the checked options, the blocked-key cache, the failure mode."""
 
+    backend: object
+
     def __init__(
         self,
         policies: Sequence[Policy],
@@ -49,8 +58,10 @@ class Shell:
         retry_on_error: float,
         cache_blocked: bool | int,
         clock: Clock | None,
+        metered: Sequence[Policy] | None = None,
     ) -> None:
         self.policies = check_policies(policies)
+        self.metered = metered_mask(self.policies, metered)
         self.budget = check_seconds("budget", budget)
         self.retry_on_error = check_seconds("retry_on_error", retry_on_error)
         self.clock: Clock = clock or MonotonicClock()
@@ -67,6 +78,33 @@ class Shell:
         if type(key) is not str and not isinstance(key, str):
             raise TypeError(f"key must be a str, not {type(key).__name__}")
         check_cost(cost, self.policies)
+
+    def _reserving(self, key: str, estimate: int, ttl: float) -> tuple[tuple[int, ...], float]:
+        """The costs of a reservation and when it expires, checked (``reserve``'s errors)."""
+        if not (callable(getattr(self.backend, "reserve", None))
+                and callable(getattr(self.backend, "settle", None))):  # fmt: skip
+            raise TypeError(f"backend {self.backend!r} cannot reserve and settle")
+        if not isinstance(key, str):
+            raise TypeError(f"key must be a str, not {type(key).__name__}")
+        costs = reserved_costs(self.policies, self.metered, estimate)
+        return costs, expiry(self.clock(), ttl)
+
+    def _reservation(
+        self, key: str, decision: Decision, costs: tuple[int, ...], estimate: int,
+        at_us: int | None, expires: float,
+    ) -> Reservation:  # fmt: skip
+        # Charged only when the backend admitted it (not a failure mode's answer).
+        charged = costs if decision.allowed and at_us is not None else (0,) * len(costs)
+        return Reservation(self, key, decision, charged, estimate, at_us, expires)
+
+    def _settling(self, reservation: Reservation, actual: int) -> tuple[int, ...] | None:
+        """The settled costs to send, or None when there is nothing to send (checked)."""
+        if not isinstance(reservation, Reservation):
+            raise TypeError(f"not a Reservation: {reservation!r}")
+        costs = settled_costs(reservation.charged, self.metered, actual)
+        if not reservation.claim(self) or self.clock() > reservation.expires:
+            return None  # nothing charged, or expired: the estimate stays
+        return costs
 
     def _failed(self) -> Decision:
         return fallback(self.policies, self.retry_on_error)

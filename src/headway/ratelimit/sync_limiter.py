@@ -7,15 +7,18 @@ leased quota goes through ``sync_leasing.SyncLeases``.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from headway._clock import Clock
 from headway._errors import BackendUnavailable
 from headway.ratelimit.arguments import check_seconds
 from headway.ratelimit.backends.contract import SyncLeasingBackend, SyncRateLimitBackend
 from headway.ratelimit.backends.memory import SyncMemoryRateLimitBackend
+from headway.ratelimit.backends.settling import SyncReservingBackend
 from headway.ratelimit.decision import Decision
 from headway.ratelimit.leasing import Leasing
 from headway.ratelimit.policies import Policy
+from headway.ratelimit.reservation import Reservation
 from headway.ratelimit.shell import Shell, nanoseconds, retry_pause
 from headway.ratelimit.sync_leasing import SyncLeases
 
@@ -45,11 +48,14 @@ class SyncRateLimiter(Shell):
             ``time.monotonic``.
         lease: Take quota from the backend in chunks and decide in process, exactly
             (``Leasing``, docs/ratelimit.md); the backend must lease. Default None.
+        metered: The policies ``reserve`` charges its estimate and ``settle`` adjusts;
+            the others are charged 1 per reservation. Default None: every policy.
 
     Raises:
         TypeError: A policy that is not one, a backend that cannot lease with ``lease``,
             or a number of seconds of the wrong type.
-        ValueError: No policy, two alike, or a negative or infinite number of seconds.
+        ValueError: No policy, two alike, a negative or infinite number of seconds, or a
+            metered policy that is not one of ``policies``.
     """
 
     def __init__(
@@ -60,8 +66,9 @@ class SyncRateLimiter(Shell):
         cache_blocked: bool | int = False,
         clock: Clock | None = None,
         lease: Leasing | None = None,
+        metered: Sequence[Policy] | None = None,
     ) -> None:
-        super().__init__(policies, 0.0, retry_on_error, cache_blocked, clock)
+        super().__init__(policies, 0.0, retry_on_error, cache_blocked, clock, metered)
         self.backend: SyncRateLimitBackend = backend or SyncMemoryRateLimitBackend()
         self.lease = lease
         self._leases: SyncLeases | None = None
@@ -137,6 +144,55 @@ class SyncRateLimiter(Shell):
             ValueError: ``cost`` < 1, or more than some policy could ever admit.
         """
         return self.decide(key, cost, peek=True)
+
+    def reserve(self, key: str, estimate: int, *, ttl: float = 600.0) -> Reservation:
+        """Charge an estimate now, to be settled with the actual cost (see
+        ``RateLimiter.reserve``).
+
+        Args:
+            key: Whose quota: any str.
+            estimate: Units charged to each metered policy (>= 0, and no more than the
+                smallest metered policy's limit).
+            ttl: Seconds after which ``settle`` does nothing; default 600.0.
+
+        Raises:
+            TypeError: The backend cannot reserve, or an argument of the wrong type.
+            ValueError: ``estimate`` out of range, or ``ttl`` not finite and > 0.
+        """
+        costs, expires = self._reserving(key, estimate, ttl)
+        backend: SyncReservingBackend = self.backend  # type: ignore[assignment]
+        try:
+            decision, at_us = backend.reserve(key, self.policies, costs)
+        except BackendUnavailable:
+            return self._reservation(key, self._failed(), costs, estimate, None, expires)
+        return self._reservation(key, decision, costs, estimate, at_us, expires)
+
+    def settle(self, reservation: Reservation, actual: int) -> bool:
+        """Settle ``reservation`` at ``actual`` units (see ``RateLimiter.settle``).
+
+        Args:
+            reservation: What ``reserve`` returned, settled once.
+            actual: The actual cost, in units (0 to 10**9).
+
+        Raises:
+            TypeError: ``reservation`` or ``actual`` of the wrong type.
+            ValueError: ``actual`` out of range, or another limiter's reservation.
+            RuntimeError: ``reservation`` was settled already.
+        """
+        costs = self._settling(reservation, actual)
+        if costs is None:
+            return False
+        if costs == reservation.charged:
+            return True
+        backend: SyncReservingBackend = self.backend  # type: ignore[assignment]
+        assert reservation.at_us is not None
+        try:
+            reservation.settled_at_us = backend.settle(
+                reservation.key, self.policies, reservation.at_us, reservation.charged, costs
+            )
+        except BackendUnavailable:
+            return False
+        return True
 
     def return_leases(self) -> None:
         """Give every lease's unspent units back now (see ``RateLimiter.return_leases``)."""

@@ -22,7 +22,10 @@ function fixed_window.check(state, key, now, cost, a, b)
   end
   local reset = (index + 1) * a - now
   if count + cost > b then
-    return false, b - count, reset, reset, b - count, reset
+    -- A count past the limit is debt (a settled reservation, settle.lua): nothing remains.
+    local left = b - count
+    if left < 0 then left = 0 end
+    return false, left, reset, reset, left, reset
   end
   return true, b - count, reset, 0, b - count - cost, reset, index, count
 end

@@ -28,7 +28,10 @@ function leaky_bucket.check(state, key, now, cost, a, b)
   level = level - elapsed
   if level < 0 then level = 0 end
   local new_level = level + cost * a
-  local remaining = idiv(full - level, a)
+  -- A level past full is debt (a settled reservation, settle.lua): nothing remains.
+  local room = full - level
+  if room < 0 then room = 0 end
+  local remaining = idiv(room, a)
   if new_level > full then
     return false, remaining, level, new_level - full, remaining, level
   end

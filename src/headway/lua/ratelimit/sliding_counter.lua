@@ -46,7 +46,10 @@ function sliding_counter.check(state, key, now, cost, a, b, charging)
     -- Charging, the answer before the charge is not reported: its reset is left out.
     local reset = 0
     if not charging then reset = counter_reset(index, a, now, c, p) end
-    return true, remaining, reset, 0, idiv(charged, a), (index + 2) * a - now, index, c, p
+    local after = (index + 2) * a - now
+    -- Nothing charged now or before (a reservation's estimate of 0): as before the call.
+    if c + cost == 0 then after = counter_reset(index, a, now, 0, p) end
+    return true, remaining, reset, 0, idiv(charged, a), after, index, c, p
   end
   local reset = counter_reset(index, a, now, c, p)
   local retry

@@ -33,7 +33,10 @@ function sliding_log.check(_, key, now, cost, a, b, charging)
   -- The (count + cost - limit)-th oldest entry has to leave the window first.
   local k = count + cost - b
   local retry = charged_at(redis.call('ZRANGE', key, k - 1, k - 1)) + a - now
-  return false, b - count, reset, retry, b - count, reset
+  -- More entries than the limit is debt (a settled reservation, settle.lua).
+  local left = b - count
+  if left < 0 then left = 0 end
+  return false, left, reset, retry, left, reset
 end
 
 function sliding_log.commit(key, now, cost, a, _, count, _, _, grace_ms)

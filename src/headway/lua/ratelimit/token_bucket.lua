@@ -20,7 +20,10 @@ function token_bucket.check(state, key, now, cost, a, b)
   local tat = state and state + 0 or now
   if tat < now then tat = now end
   local new_tat = tat + cost * a
-  local remaining = idiv(tau - (tat - now), a)
+  -- A TAT past now + tau is debt (a settled reservation, settle.lua): nothing remains.
+  local room = tau - (tat - now)
+  if room < 0 then room = 0 end
+  local remaining = idiv(room, a)
   if new_tat - now > tau then
     return false, remaining, tat - now, new_tat - tau - now, remaining, tat - now
   end

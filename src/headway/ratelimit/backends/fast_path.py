@@ -21,6 +21,13 @@ __all__ = ["FastPath", "FastPathBackend", "fast_path_of"]
 
 #: ``(key, policies, cost, peek, timeout)`` -> a decision, a reply's future, or None.
 Submit = Callable[[str, PolicySet, int, bool, float], "Decision | asyncio.Future[Any] | None"]
+#: ``(key, policies, costs, timeout)`` -> ``reserve.lua``'s reply's future, or None.
+SubmitReserve = Callable[[str, PolicySet, tuple[int, ...], float], "asyncio.Future[Any] | None"]
+#: ``(key, policies, at_us, charged, actual, timeout)`` -> ``settle.lua``'s reply's future,
+#: or None.
+SubmitSettle = Callable[
+    [str, PolicySet, int, tuple[int, ...], tuple[int, ...], float], "asyncio.Future[Any] | None"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,12 +38,15 @@ class FastPath:
     waits, so no budget applies); or the future of its reply when the call was written
     at once, failing with one of ``failures`` after ``timeout`` seconds (``read`` turns
     the reply into the decision); or None when neither can be done now: the limiter
-    then awaits ``decide`` within its budget.
+    then awaits ``decide`` within its budget. ``reserve`` and ``settle``, when offered,
+    start a reservation's calls the same way (a reply's future, or None).
     """
 
     submit: Submit
     read: Callable[[Any, PolicySet], Decision]
     failures: tuple[type[BaseException], ...]
+    reserve: SubmitReserve | None = None
+    settle: SubmitSettle | None = None
 
 
 @runtime_checkable

@@ -23,6 +23,7 @@ from headway._errors import BackendUnavailable
 from headway.ratelimit.algorithms import PolicySet
 from headway.ratelimit.backends.contract import decide_states, lease_states, state_names
 from headway.ratelimit.backends.fast_path import FastPath
+from headway.ratelimit.backends.settling import reserve_states, settle_states
 from headway.ratelimit.decision import Decision, decision_from_reply
 from headway.ratelimit.leasing import Leasing
 from headway.ratelimit.policies import Concurrency, Policy
@@ -81,6 +82,38 @@ class _Store:
                 else:
                     self.entries[name] = (state, now + max(1, -(-ttl_us // 1000)) * 1000)
             return reply
+
+    def reserve(
+        self, key: str, policies: Sequence[Policy], costs: Sequence[int]
+    ) -> tuple[Decision, int]:
+        names = state_names(key, policies)
+        with self._mutex:
+            now = self._now()
+            states = [self._get(name, now) for name in names]
+            decision, writes = reserve_states(policies, states, now, costs)
+            self._write(names, writes, now)
+            return decision, now
+
+    def settle(
+        self,
+        key: str,
+        policies: Sequence[Policy],
+        at_us: int,
+        charged: Sequence[int],
+        actual: Sequence[int],
+    ) -> int:
+        names = state_names(key, policies)
+        with self._mutex:
+            now = self._now()
+            states = [self._get(name, now) for name in names]
+            self._write(names, settle_states(policies, states, now, at_us, charged, actual), now)
+            return now
+
+    def _write(self, names: list[str], writes: Sequence[tuple[Any, int] | None], now: int) -> None:
+        for name, write in zip(names, writes, strict=False):
+            if write is not None:
+                # Scripts round TTLs up to whole milliseconds; so does the model.
+                self.entries[name] = (write[0], now + max(1, -(-write[1] // 1000)) * 1000)
 
     @property
     def slots(self) -> Families:
@@ -177,6 +210,23 @@ class MemoryRateLimitBackend:
         """Lease quota (see ``LeasingBackend.lease``): ``lease_states`` over the dict."""
         return self._store.lease(key, policies, cost, leasing, back)
 
+    async def reserve(
+        self, key: str, policies: Sequence[Policy], costs: Sequence[int]
+    ) -> tuple[Decision, int]:
+        """Reserve (see ``ReservingBackend.reserve``): ``reserve_states`` over the dict."""
+        return self._store.reserve(key, policies, costs)
+
+    async def settle(
+        self,
+        key: str,
+        policies: Sequence[Policy],
+        at_us: int,
+        charged: Sequence[int],
+        actual: Sequence[int],
+    ) -> int:
+        """Settle (see ``ReservingBackend.settle``): ``settle_states`` over the dict."""
+        return self._store.settle(key, policies, at_us, charged, actual)
+
     async def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
         """Take a concurrency slot (see ``ConcurrencyBackend``)."""
         return self._store.acquire_slot(key, policy, token)
@@ -221,6 +271,23 @@ class SyncMemoryRateLimitBackend:
     ) -> list[int]:
         """Lease quota (see ``LeasingBackend.lease``): ``lease_states`` over the dict."""
         return self._store.lease(key, policies, cost, leasing, back)
+
+    def reserve(
+        self, key: str, policies: Sequence[Policy], costs: Sequence[int]
+    ) -> tuple[Decision, int]:
+        """Reserve (see ``ReservingBackend.reserve``): ``reserve_states`` over the dict."""
+        return self._store.reserve(key, policies, costs)
+
+    def settle(
+        self,
+        key: str,
+        policies: Sequence[Policy],
+        at_us: int,
+        charged: Sequence[int],
+        actual: Sequence[int],
+    ) -> int:
+        """Settle (see ``ReservingBackend.settle``): ``settle_states`` over the dict."""
+        return self._store.settle(key, policies, at_us, charged, actual)
 
     def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
         """Take a concurrency slot (see ``ConcurrencyBackend``)."""

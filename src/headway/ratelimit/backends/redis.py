@@ -45,6 +45,10 @@ from headway.ratelimit.backends.redis_scripts import (
     decide_script,
     lease_call,
     lease_script,
+    reserve_call,
+    reserve_script,
+    settle_call,
+    settle_script,
     state_keys,
 )
 from headway.ratelimit.decision import Decision, decision_from_reply
@@ -175,7 +179,9 @@ class RedisRateLimitBackend:
         connection and the server's clock decides."""
         if not self.own_connection or self.clock is not None:
             return None
-        return FastPath(self._submit, decision_from_reply, _FAILURES)
+        return FastPath(
+            self._submit, decision_from_reply, _FAILURES, self._submit_reserve, self._submit_settle
+        )
 
     def _submit(
         self, key: str, policies: PolicySet, cost: int, peek: bool, timeout: float
@@ -192,6 +198,36 @@ class RedisRateLimitBackend:
         packing = self._packing(policies)
         args = packing.packed_args(cost, peek)
         return wire.submit(packing.script, packing.packed_keys(key), args, None, timeout)
+
+    def _submit_reserve(
+        self, key: str, policies: PolicySet, costs: tuple[int, ...], timeout: float
+    ) -> asyncio.Future[Any] | None:
+        """Write a reservation now: the future of ``ratelimit/reserve.lua``'s reply (as
+        ``_submit``), or None when no connection is ready."""
+        wire = self._wires.ready_wire()
+        if wire is None:
+            return None
+        packing = self._packing(policies)
+        args = packing.packed_reserve(costs)
+        return wire.submit(packing.reserve_script, packing.packed_keys(key), args, None, timeout)
+
+    def _submit_settle(
+        self,
+        key: str,
+        policies: PolicySet,
+        at_us: int,
+        charged: tuple[int, ...],
+        actual: tuple[int, ...],
+        timeout: float,
+    ) -> asyncio.Future[Any] | None:
+        """Write a settle now: the future of ``ratelimit/settle.lua``'s reply, or None."""
+        wire = self._wires.ready_wire()
+        if wire is None:
+            return None
+        packing = self._packing(policies)
+        _, args = settle_call(key, policies, at_us, charged, actual, None)
+        keys = packing.packed_keys(key)
+        return wire.submit(settle_script(policies), keys, args, None, timeout)
 
     async def lease(
         self,
@@ -222,6 +258,42 @@ class RedisRateLimitBackend:
         except UNAVAILABLE as exc:
             raise unavailable(exc) from exc
         return list(reply)
+
+    async def reserve(
+        self, key: str, policies: Sequence[Policy], costs: Sequence[int]
+    ) -> tuple[Decision, int]:
+        """Reserve (see ``ReservingBackend.reserve``): one call of ``ratelimit/reserve.lua``."""
+        script: Script
+        keys: Sequence[str]
+        args: Sequence[int | str] | Packed
+        if self.clock is None and isinstance(policies, PolicySet):
+            # A limiter's call: its arguments packed once per set of costs (as ``decide``).
+            packing = self._packing(policies)
+            script, args = packing.reserve_script, packing.packed_reserve(tuple(costs))
+            keys = tuple(state_keys(key, policies))
+        else:
+            script = reserve_script(policies)
+            keys, args = reserve_call(key, policies, costs, _micros(self.clock))
+        try:
+            reply = await self._wires.call(script, keys, args)
+        except UNAVAILABLE as exc:
+            raise unavailable(exc) from exc
+        return decision_from_reply(reply[:-1], policies), int(reply[-1])
+
+    async def settle(
+        self,
+        key: str,
+        policies: Sequence[Policy],
+        at_us: int,
+        charged: Sequence[int],
+        actual: Sequence[int],
+    ) -> int:
+        """Settle (see ``ReservingBackend.settle``): one call of ``ratelimit/settle.lua``."""
+        keys, args = settle_call(key, policies, at_us, charged, actual, _micros(self.clock))
+        try:
+            return int(await self._wires.call(settle_script(policies), keys, args))
+        except UNAVAILABLE as exc:
+            raise unavailable(exc) from exc
 
     async def aclose(self) -> None:
         """Return headway's connection to the client's pool (the client stays the caller's)."""
@@ -361,6 +433,32 @@ class SyncRedisRateLimitBackend:
         except UNAVAILABLE as exc:
             raise unavailable(exc) from exc
         return list(reply)
+
+    def reserve(
+        self, key: str, policies: Sequence[Policy], costs: Sequence[int]
+    ) -> tuple[Decision, int]:
+        """Reserve (see ``ReservingBackend.reserve``): one call of ``ratelimit/reserve.lua``."""
+        keys, args = reserve_call(key, policies, costs, _micros(self.clock))
+        try:
+            reply = self._wire.call(reserve_script(policies), keys, args)
+        except UNAVAILABLE as exc:
+            raise unavailable(exc) from exc
+        return decision_from_reply(reply[:-1], policies), int(reply[-1])
+
+    def settle(
+        self,
+        key: str,
+        policies: Sequence[Policy],
+        at_us: int,
+        charged: Sequence[int],
+        actual: Sequence[int],
+    ) -> int:
+        """Settle (see ``ReservingBackend.settle``): one call of ``ratelimit/settle.lua``."""
+        keys, args = settle_call(key, policies, at_us, charged, actual, _micros(self.clock))
+        try:
+            return int(self._wire.call(settle_script(policies), keys, args))
+        except UNAVAILABLE as exc:
+            raise unavailable(exc) from exc
 
     def reset(self, key: str, policies: Sequence[Policy]) -> None:
         """Delete every policy's state for ``key``."""

@@ -28,11 +28,17 @@ __all__ = [
     "decide_script",
     "lease_call",
     "lease_script",
+    "reserve_call",
+    "reserve_script",
+    "settle_call",
+    "settle_script",
     "state_keys",
 ]
 
 _DECIDE: dict[tuple[bool, tuple[int, ...]], Script] = {}
 _LEASE: dict[tuple[int, ...], Script] = {}
+_RESERVE: dict[tuple[int, ...], Script] = {}
+_SETTLE: dict[tuple[int, ...], Script] = {}
 
 
 def state_keys(key: str, policies: Sequence[Policy]) -> list[str]:
@@ -65,6 +71,56 @@ def lease_call(
     for i, (kind, a, b) in enumerate(policies.specs):
         head += (kind, a, b, marks[i] if units else 0)
     return state_keys(key, policies), head
+
+
+def reserve_call(
+    key: str, policies: Sequence[Policy], costs: Sequence[int], now_us: int | None
+) -> tuple[list[str], list[int | str]]:
+    """Keys and arguments of ``ratelimit/reserve.lua`` (``now_us`` None: the server's ``TIME``)."""
+    policies = PolicySet.of(policies)
+    args: list[int | str] = ["" if now_us is None else now_us]
+    for spec, cost in zip(policies.specs, costs, strict=True):
+        args += (*spec, cost)
+    return state_keys(key, policies), args
+
+
+def settle_call(
+    key: str,
+    policies: Sequence[Policy],
+    at_us: int,
+    charged: Sequence[int],
+    actual: Sequence[int],
+    now_us: int | None,
+) -> tuple[list[str], list[int | str]]:
+    """Keys and arguments of ``ratelimit/settle.lua`` (``now_us`` None: the server's ``TIME``)."""
+    policies = PolicySet.of(policies)
+    args: list[int | str] = ["" if now_us is None else now_us, at_us]
+    for spec, c, x in zip(policies.specs, charged, actual, strict=True):
+        args += (*spec, c, x)
+    return state_keys(key, policies), args
+
+
+def reserve_script(policies: Sequence[Policy]) -> Script:
+    """``ratelimit/reserve.lua`` with the fragments of the algorithms ``policies`` use."""
+    used = PolicySet.of(policies).algorithms
+    kinds = tuple(a.kind for a in used)
+    script = _RESERVE.get(kinds)
+    if script is None:
+        include = ("clock", "ratelimit/common", *(a.fragment for a in used))
+        script = _RESERVE[kinds] = Script("ratelimit/reserve", include=include)
+    return script
+
+
+def settle_script(policies: Sequence[Policy]) -> Script:
+    """``ratelimit/settle.lua`` with the settle fragments of the algorithms ``policies`` use."""
+    used = PolicySet.of(policies).algorithms
+    kinds = tuple(a.kind for a in used)
+    script = _SETTLE.get(kinds)
+    if script is None:
+        fragments = (a.settle_fragment for a in used)
+        include = ("clock", "ratelimit/common", "ratelimit/settling", *fragments)
+        script = _SETTLE[kinds] = Script("ratelimit/settle", include=include)
+    return script
 
 
 def decide_script(policies: Sequence[Policy]) -> Script:
@@ -113,7 +169,10 @@ def _kept(cache: dict[Any, Packed], key: Any, packed: Packed, bound: int) -> Pac
 class Packing:
     """What the calls of one policy set send, packed once: script, arguments, state keys."""
 
-    __slots__ = ("args", "keys", "lease_args", "lease_script", "policies", "script")
+    __slots__ = (
+        "args", "keys", "lease_args", "lease_script", "policies", "reserve_args",
+        "reserve_script", "script",
+    )  # fmt: skip
 
     def __init__(self, policies: PolicySet) -> None:
         self.policies = policies
@@ -122,6 +181,8 @@ class Packing:
         self.keys: dict[str, Packed] = {}
         self.lease_script: Script | None = None  # made on the first lease (if leasable)
         self.lease_args: dict[tuple[int, Leasing], Packed] = {}
+        self.reserve_script = reserve_script(policies)
+        self.reserve_args: dict[tuple[int, ...], Packed] = {}
 
     def packed_args(self, cost: int, peek: bool) -> Packed:
         # Costs vary little; a caller that varies them a lot pays packing.
@@ -136,6 +197,12 @@ class Packing:
             (cost, leasing),
             pack(lease_call("", self.policies, cost, leasing, (0, ()), None)[1]),
             64,
+        )
+
+    def packed_reserve(self, costs: tuple[int, ...]) -> Packed:
+        # An endpoint's estimates repeat (its max_tokens): packed once each, a few kept.
+        return self.reserve_args.get(costs) or _kept(
+            self.reserve_args, costs, pack(reserve_call("", self.policies, costs, None)[1]), 64
         )
 
     def packed_keys(self, key: str) -> Packed:

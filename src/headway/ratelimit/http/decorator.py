@@ -36,6 +36,7 @@ from headway.ratelimit.backends.contract import RateLimitBackend
 from headway.ratelimit.http.guard import DecisionHook, Guard, Ruling
 from headway.ratelimit.http.headers import Refusal, slot_lost
 from headway.ratelimit.http.identity import Identity
+from headway.ratelimit.http.metering import Metering, settled_later
 from headway.ratelimit.http.refusals import RefusalHook
 from headway.ratelimit.http.routes import routed_template
 from headway.ratelimit.http.rules import (
@@ -190,13 +191,16 @@ class RateLimitDecorator:
                     return _client_gone()
                 else:
                     ruling = watched
+                later = False  # closed once the response is sent (a metered one)
                 try:
                     try:
                         if ruling.refusal is not None:
                             return _refusal_response(ruling.refusal)
-                        return _with_fields(ruling, await func(*args, **kwargs), sub_response)
+                        result = _with_fields(ruling, await func(*args, **kwargs), sub_response)
+                        later = settled_later(ruling.slots, scope, result, sub_response)
+                        return result
                     finally:
-                        if ruling.slots is not None:
+                        if ruling.slots is not None and not later:
                             await ruling.slots.aclose()
                 except LockLost:  # its slot ended: the handler was stopped (see ``hold()``)
                     return _refusal_response(slot_lost())
@@ -214,13 +218,17 @@ class RateLimitDecorator:
                     return _client_gone()
                 else:
                     ruling = watched
+                later = False
                 try:
                     try:
                         if ruling.refusal is not None:
                             return _refusal_response(ruling.refusal)
-                        return _with_fields(ruling, func(*args, **kwargs), sub_response)
+                        result = _with_fields(ruling, func(*args, **kwargs), sub_response)
+                        later = settled_later(ruling.slots, scope, result, sub_response)
+                        return result
                     finally:
-                        if ruling.slots is not None:  # else nothing to free: no trip to the loop
+                        # Else nothing to free: no trip to the loop.
+                        if ruling.slots is not None and not later:
                             anyio.from_thread.run(ruling.slots.aclose)
                 except LockLost:  # its slot ended while the handler ran: it is not counted
                     return _refusal_response(slot_lost())
@@ -248,6 +256,7 @@ def rate_limit(
     lease: Leasing | None = None,
     max_wait: float = 0.0,
     max_waiting: int = DEFAULT_MAX_WAITING,
+    metering: Metering | None = None,
 ) -> RateLimitDecorator:
     """Rate-limit one endpoint with ``policies`` (or ``named`` policies), like a middleware rule.
 
@@ -296,6 +305,10 @@ def rate_limit(
             client disconnects while it waits leaves (answered 499, nothing charged).
         max_waiting: How many requests may wait at once for this endpoint; past it a
             request that would wait is refused at once. Default 100.
+        metering: Reserve an estimate per request and settle the actual cost once the
+            response the handler returned has been sent (``Metering``; a value FastAPI
+            serializes settles when the handler returns); the request's concurrency
+            slot, if any, is then held until then too. Default None.
 
     Raises:
         TypeError: Both ``policies`` and ``named``, a policies function with other
@@ -313,6 +326,7 @@ def rate_limit(
         fail=fail,
         shadow=shadow,
         lease=lease,
+        metering=metering,
     )
     make_guard = functools.partial(
         Guard,

@@ -29,6 +29,7 @@ from starlette.responses import Response
 from headway.ratelimit.backends.contract import RateLimitBackend
 from headway.ratelimit.http.guard import DecisionHook, Guard
 from headway.ratelimit.http.identity import Identity
+from headway.ratelimit.http.metering import Metering, pending_settles
 from headway.ratelimit.http.refusals import RefusalHook
 from headway.ratelimit.http.routes import routed_template
 from headway.ratelimit.http.rules import (
@@ -152,6 +153,10 @@ class RateLimitDependency:
             whose client disconnects while it waits leaves (nothing charged).
         max_waiting: How many requests may wait at once on this dependency; past it a
             request that would wait is refused at once. Default 100.
+        metering: Reserve an estimate per request and settle the actual cost when
+            FastAPI runs the dependency's exit code, after the response (``Metering``:
+            the units reported to the request's ``Meter``, or a header set on the
+            injected ``Response``). Default None.
 
     Raises:
         TypeError: Both ``policies`` and ``named``, a policies function with other
@@ -178,6 +183,7 @@ class RateLimitDependency:
         lease: Leasing | None = None,
         max_wait: float = 0.0,
         max_waiting: int = DEFAULT_MAX_WAITING,
+        metering: Metering | None = None,
     ) -> None:
         rule = Rule(
             given_policies(policies, named),
@@ -188,6 +194,7 @@ class RateLimitDependency:
             fail=fail,
             shadow=shadow,
             lease=lease,
+            metering=metering,
         )
         self.rule = rule
         self.guard = Guard(
@@ -245,4 +252,6 @@ class RateLimitDependency:
             yield
         finally:
             if slots is not None:
+                if (meter := pending_settles(scope)) is not None:
+                    meter.response(response.status_code or 200, response.raw_headers)
                 await slots.aclose()

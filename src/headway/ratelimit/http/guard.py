@@ -38,6 +38,7 @@ from headway.ratelimit.decision import Decision
 from headway.ratelimit.http.dynamic import DynamicPolicies
 from headway.ratelimit.http.headers import Refusal, refusal_for, response_fields
 from headway.ratelimit.http.identity import ClientAddress, Identity
+from headway.ratelimit.http.metering import METER, Meter, Reserving
 from headway.ratelimit.http.refusals import RefusalHook, Refuser
 from headway.ratelimit.http.routes import RouteFunction
 from headway.ratelimit.http.rules import (
@@ -239,20 +240,32 @@ class Guard:
                         return await self._refuse(rule, resolved, checked, scope, slots)
                     continue
                 rule = resolved
-            cost = rule.fixed_cost
-            if cost is None:
-                cost = await rule.cost(scope)
             key = rule.key(identity, route, path)
             shadow = self.shadow or rule.shadow
-            # ``decide``, not ``hit`` (which awaits it): one coroutine less per request.
             limiter = rule.limiter
-            if limiter is None:
-                rate = None
-            elif lines is None or shadow:  # a shadow rule never refuses: nothing to wait for
-                rate = await limiter.decide(key, cost)
+            rate: Decision | None
+            if rule.metering is not None and limiter is not None:
+                cost = await rule.metering.estimate_for(scope)
+                reserving = Reserving(scope, rule.metering, limiter, key, cost)
+                if lines is None or shadow:
+                    rate = await reserving()
+                else:  # each try in the line reserves; only an admitted one charges
+                    rate = await lines.admit((limiter, key), reserving, deadline, gone)
+                if (settles := reserving.settles()) is not None:  # the request's first
+                    if slots is None:
+                        slots = contextlib.AsyncExitStack()
+                    slots.push_async_callback(settles)
             else:
-                hit = functools.partial(limiter.decide, key, cost)
-                rate = await lines.admit((limiter, key), hit, deadline, gone)
+                fixed = rule.fixed_cost
+                cost = fixed if fixed is not None else await rule.cost(scope)
+                if limiter is None:
+                    rate = None
+                elif lines is None or shadow:  # a shadow rule never refuses: nothing to wait
+                    # ``decide``, not ``hit`` (which awaits it): one coroutine less per request.
+                    rate = await limiter.decide(key, cost)
+                else:
+                    hit = functools.partial(limiter.decide, key, cost)
+                    rate = await lines.admit((limiter, key), hit, deadline, gone)
             held: Admission | None = None
             if rule.concurrency is not None and (rate is None or rate.allowed or shadow):
                 if slots is None:
@@ -325,6 +338,8 @@ class Guard:
         slots: contextlib.AsyncExitStack | None,
     ) -> Ruling:
         refusal = refusal_for(rule, answer, checked, self.legacy)
+        if isinstance(meter := scope.get(METER), Meter):
+            meter.refused = True  # the work never runs: reservations settle at 0
         if self.refuser is None:
             return Ruling((), refusal, slots)
         return Ruling((), await self.refuser(rule, answer, refusal, scope), slots)

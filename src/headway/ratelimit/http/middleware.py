@@ -1,7 +1,8 @@
 """``RateLimitMiddleware``: rate-limit rules in front of any ASGI app (pure ASGI).
 
 The middleware asks its ``Guard`` once per request and sends what it ruled:
-the app's response with the RateLimit fields added, or the refusal.
+the app's response with the RateLimit fields added, or the refusal. A metered rule's
+reservations settle when the response ends (``metering``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from headway.ratelimit.backends.contract import RateLimitBackend
 from headway.ratelimit.http.guard import DecisionHook, DecisionOutcome, Guard
 from headway.ratelimit.http.headers import Refusal, slot_lost
 from headway.ratelimit.http.identity import Identity
+from headway.ratelimit.http.metering import Meter, pending_settles
 from headway.ratelimit.http.refusals import RefusalHook
 from headway.ratelimit.http.routes import RouteCache, RouteFunction
 from headway.ratelimit.http.rules import LimiterSettings, Pattern, Rule
@@ -155,7 +157,7 @@ class RateLimitMiddleware:
             else:
                 await self.app(scope, receive, send)
             return
-        releasing = _Releasing(send, slots)
+        releasing = _Releasing(send, slots, pending_settles(scope))
         try:
             try:
                 if refusal is not None:
@@ -199,21 +201,34 @@ def _with_headers(send: Send, extra: Sequence[tuple[bytes, bytes]], kind: str) -
 
 
 class _Releasing:
-    """A ``send`` that frees the request's slots once its response is complete (not after
-    background tasks), and knows whether the response has started."""
+    """A ``send`` that frees the request's slots and settles its reservations once its
+    response is complete (not after background tasks), and knows whether the response
+    has started. A metered request's ``Meter`` notes the response's head and trailers."""
 
-    __slots__ = ("send", "slots", "started")
+    __slots__ = ("meter", "send", "slots", "started")
 
-    def __init__(self, send: Send, slots: contextlib.AsyncExitStack) -> None:
+    def __init__(self, send: Send, slots: contextlib.AsyncExitStack, meter: Meter | None) -> None:
         self.send = send
         self.slots = slots
+        self.meter = meter
         self.started = False
 
     async def __call__(self, message: Message) -> None:
         self.started = True
-        await self.send(message)
         kind = message["type"]
-        if (kind == "http.response.body" and not message.get("more_body", False)) or (
+        meter = self.meter
+        if meter is not None:
+            if kind == "http.response.start":
+                meter.response(message["status"], message.get("headers", ()))
+                # A response with trailers ends with them (they may carry the cost).
+                meter.trailing = bool(message.get("trailers", False))
+            elif kind == "http.response.trailers":
+                meter.trailers(message.get("headers", ()))
+        await self.send(message)
+        if kind == "http.response.body" and not message.get("more_body", False):
+            if meter is None or not meter.trailing:
+                await self.slots.aclose()
+        elif (kind == "http.response.trailers" and not message.get("more_trailers", False)) or (
             kind == "websocket.close"
         ):
             await self.slots.aclose()

@@ -24,6 +24,7 @@ from headway.ratelimit.concurrency import ConcurrencyLimiter
 from headway.ratelimit.decision import Decision
 from headway.ratelimit.http.headers import concurrency_item, policy_item, sf_string
 from headway.ratelimit.http.identity import ApiKey, AuthenticatedUser, ClientAddress, Identity
+from headway.ratelimit.http.metering import Metering
 from headway.ratelimit.leasing import Leasing, check_leasable
 from headway.ratelimit.limiter import RateLimiter
 from headway.ratelimit.policies import Concurrency, OnError, Policy
@@ -133,11 +134,16 @@ class Rule:
         lease: Take the quota from the backend in chunks and decide in process
             (``Leasing``; exact, see docs/ratelimit.md); not for sliding logs. Default
             None: every request asks the backend.
+        metering: Reserve an estimate per request and settle the actual cost when the
+            response ends (``Metering``: tokens per minute; docs/ratelimit.md, "Metered
+            costs"); ``cost`` is then not used. Not with a policies function. Default
+            None.
 
     Raises:
         TypeError: A pattern, a cost or a policy of the wrong type.
         ValueError: A bad ``name``, ``per`` or ``fail``, more than one ``Concurrency``,
-            or policies that cannot go together (or be leased).
+            policies that cannot go together (or be leased), or metering that names no
+            rate policy of the rule.
     """
 
     policies: Limits | PolicyFunction
@@ -151,6 +157,7 @@ class Rule:
     fail: Literal["open", "closed"] | None = None
     shadow: bool = False
     lease: Leasing | None = None
+    metering: Metering | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -165,9 +172,15 @@ class Rule:
             raise ValueError(f"Rule.fail must be 'open', 'closed' or None, got {self.fail!r}")
         if isinstance(self.cost, bool) or not (isinstance(self.cost, int) or callable(self.cost)):
             raise TypeError(f"Rule.cost must be an int or a function, got {self.cost!r}")
+        if self.metering is not None and not isinstance(self.metering, Metering):
+            raise TypeError(f"Rule.metering must be a Metering, got {self.metering!r}")
         if self.dynamic:
+            if self.metering is not None:
+                raise ValueError("Rule.metering needs the rule's policies, not a function")
             return  # checked on each answer of the function
         rates, slots = _split(self.named_policies())
+        if self.metering is not None:
+            _check_metered(self.metering, rates)
         if len(slots) > 1:
             raise ValueError("a rule holds at most one Concurrency limit")
         if rates or not slots:
@@ -220,6 +233,7 @@ class LimiterSettings:
         policies: Sequence[Policy],
         backend: RateLimitBackend,
         lease: Leasing | None = None,
+        metered: Sequence[Policy] | None = None,
     ) -> RateLimiter:
         """A ``RateLimiter`` with these settings.
 
@@ -227,6 +241,7 @@ class LimiterSettings:
             policies: Its rate policies.
             backend: The backend it decides on.
             lease: Its ``Leasing``, if any; default None.
+            metered: The policies its reservations meter; default None: all.
         """
         return RateLimiter(
             *policies,
@@ -236,6 +251,7 @@ class LimiterSettings:
             cache_blocked=self.cache_blocked,
             clock=self.clock,
             lease=lease,
+            metered=metered,
         )
 
     def concurrency_limiter(
@@ -259,6 +275,14 @@ class LimiterSettings:
             retry_on_error=self.retry_on_error,
             clock=self.clock,
         )
+
+
+def _check_metered(metering: Metering, rates: Mapping[str, Policy]) -> None:
+    if not rates:
+        raise ValueError("Rule.metering needs a rate policy (a Concurrency limit is not metered)")
+    unknown = [n for n in metering.policies or () if n not in rates]
+    if unknown:
+        raise ValueError(f"Metering.policies names no rate policy of the rule: {unknown!r}")
 
 
 def _split(named: dict[str, Limit]) -> tuple[dict[str, Policy], dict[str, Concurrency]]:
@@ -295,8 +319,14 @@ class BoundRule:
         #: What keys start with: the name, unless the decorator makes it unique per endpoint.
         self.prefix = rule.name
         self.names = list(rates)
+        self.metering = rule.metering
+        metered = None
+        if rule.metering is not None and rule.metering.policies is not None:
+            metered = [rates[n] for n in rule.metering.policies]
         self.limiter = (
-            settings.rate_limiter(list(rates.values()), backend, rule.lease) if rates else None
+            settings.rate_limiter(list(rates.values()), backend, rule.lease, metered)
+            if rates
+            else None
         )
         self.header_names = [sf_string(n) for n in self.names]
         self.policy_items = [policy_item(n, p) for n, p in rates.items()]
