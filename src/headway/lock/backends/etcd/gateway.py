@@ -79,12 +79,13 @@ class Gateway:
         self,
         key: str,
         seen: int,
-        seconds: float,
+        seconds: float | None,
         *,
         range_end: str | None = None,
         still: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
-        """Return once ``key`` (present at revision ``seen``) is deleted, or after ``seconds``.
+        """Return once ``key`` (present at revision ``seen``) is deleted, or after ``seconds``
+        (None: no bound).
 
         With ``range_end``, once any key in ``[key, range_end)`` is deleted, and
         ``still()`` says whether what was seen at ``seen`` still holds (by default:
@@ -105,7 +106,11 @@ class Gateway:
         with contextlib.suppress(TimeoutError, httpx.HTTPError, ValueError):
             async with asyncio.timeout(seconds):
                 timeout = httpx.Timeout(self.timeout, read=None)
-                async with self._http.stream("POST", url, json=body, timeout=timeout) as reply:
+                # A member that loses its leader ends the watch (it would see no more
+                # events): gRPC metadata "hasleader", passed on by the gateway.
+                headers = {"Grpc-Metadata-hasleader": "true"}
+                stream = self._http.stream("POST", url, json=body, timeout=timeout, headers=headers)
+                async with stream as reply:
                     async for line in reply.aiter_lines():
                         result = json.loads(line).get("result")
                         if result is None or result.get("events") or result.get("canceled"):
