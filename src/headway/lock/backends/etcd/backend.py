@@ -24,16 +24,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import importlib.util
 import math
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from headway._clock import Clock
 from headway._errors import BackendUnavailable
 from headway._keys import segment
-from headway.lock.backends.etcd.codec import NOT_FOUND, EtcdError, Transport, b64, unb64
+from headway.lock.backends.etcd.codec import NOT_FOUND, EtcdError, b64, unb64
 from headway.lock.backends.etcd.session import Session, Sessions
+from headway.lock.backends.etcd.transport import Transport
 from headway.lock.contract import AsyncWaiter
 from headway.lock.driver import QueuedBackend
 from headway.lock.flow import Attempt, Try, parse_waiter
@@ -43,6 +45,8 @@ if TYPE_CHECKING:
     from headway.lock.backends.etcd.modes import EtcdModeBackend
 
 __all__ = ["EtcdLockBackend"]
+
+TransportName = Literal["auto", "grpc", "gateway"]
 
 #: How often a key we could not delete is tried again (s): its live session would
 #: otherwise keep it, and so the lock, for ever.
@@ -59,6 +63,20 @@ def _key_id(token: str) -> int:
     """The id in a lease token's key: positive, non-zero, 63 bits."""
     digest = hashlib.blake2b(token.encode(), digest_size=8).digest()
     return (int.from_bytes(digest) >> 1) or 1
+
+
+def _transport(name: TransportName, endpoints: Sequence[str], timeout: float) -> Transport:
+    """The transport ``name`` (see ``EtcdLockBackend``); its client library is imported
+    only here, when a backend is made."""
+    if name not in ("auto", "grpc", "gateway"):
+        raise ValueError(f"transport must be 'auto', 'grpc' or 'gateway', not {name!r}")
+    if name == "grpc" or (name == "auto" and importlib.util.find_spec("grpc") is not None):
+        from headway.lock.backends.etcd.grpc_transport import GrpcTransport
+
+        return GrpcTransport(endpoints, timeout)
+    from headway.lock.backends.etcd.gateway import Gateway
+
+    return Gateway(endpoints, timeout)
 
 
 def _prefix_end(prefix: str) -> str:
@@ -128,6 +146,10 @@ class EtcdLockBackend(QueuedBackend):
         namespace: The prefix of every key the locks write; default ``"headway/"``.
         clock: The monotonic clock of lease deadlines and waits; default None:
             ``time.monotonic``.
+        transport: How to reach etcd: ``"grpc"`` (its gRPC API, grpcio: the
+            ``etcd-grpc`` extra), ``"gateway"`` (its v3 JSON gateway, httpx: the
+            ``etcd`` extra), or ``"auto"`` (the default): gRPC if grpcio is installed,
+            else the gateway. gRPC calls take about half the time.
     """
 
     name = "etcd"
@@ -142,15 +164,13 @@ class EtcdLockBackend(QueuedBackend):
         timeout: float = 2.0,
         namespace: str = "headway/",
         clock: Clock | None = None,
+        transport: TransportName = "auto",
     ) -> None:
         super().__init__(clock)
         if isinstance(endpoints, str):
             endpoints = endpoints.split(",")
         self.namespace = namespace
-        # httpx is the ``etcd`` extra's: imported only when a backend is made.
-        from headway.lock.backends.etcd.gateway import Gateway
-
-        self._gateway: Transport = Gateway(endpoints, timeout)
+        self._gateway: Transport = _transport(transport, endpoints, timeout)
         self._sessions = Sessions(self._gateway, self.clock, self._lost)
         # token -> its key, from its first attempt until released, left or lost.
         self._places: dict[str, Place] = {}

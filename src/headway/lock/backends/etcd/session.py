@@ -23,7 +23,8 @@ from collections.abc import Callable
 
 from headway._clock import Clock
 from headway._errors import BackendUnavailable
-from headway.lock.backends.etcd.codec import FAILED_PRECONDITION, NOT_FOUND, EtcdError, Transport
+from headway.lock.backends.etcd.codec import FAILED_PRECONDITION, NOT_FOUND, EtcdError
+from headway.lock.backends.etcd.transport import Transport
 
 __all__ = ["Session", "Sessions"]
 
