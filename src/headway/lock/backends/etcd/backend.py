@@ -474,13 +474,19 @@ class EtcdLockBackend(QueuedBackend):
         return None
 
     async def aclose(self) -> None:
-        """Revoke the sessions (deleting every key still held or waiting through this
-        backend) and close the connections."""
+        """Close the connections. A session that holds no lock is revoked; one that
+        still holds one is renewed once and left to run out on the server, so a lock
+        still held outlives the process by at least what was left of its lease (as a
+        lease of its own would), at most its TTL; a wait still open is given up."""
+        held = {p.session for p in self._places.values() if p.lapse is not None}
+        waiting = [p for p in self._places.values() if p.lapse is None and p.session in held]
         for token in list(self._places):
             self._forget(token)
         for task in list(self._lapsing):
             task.cancel()
         try:
-            await self._sessions.aclose()
+            deletes = (self._gateway.call("kv/deleterange", {"key": b64(p.key)}) for p in waiting)
+            await asyncio.gather(*deletes, return_exceptions=True)
+            await self._sessions.aclose(keep=held)
         finally:
             await self._gateway.aclose()

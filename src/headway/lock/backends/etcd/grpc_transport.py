@@ -86,7 +86,10 @@ class GrpcTransport(Rotation):
             return proto.decode(reply, data)
         except aio.AioRpcError as exc:
             code = exc.code().value[0]
-            if code in RETRY_CODES:
+            # The server hit the deadline we sent it (our own timeout): it reports the
+            # context's error as Unknown, which means "no answer in time" all the same.
+            late = code == 2 and "deadline exceeded" in (exc.details() or "")
+            if code in RETRY_CODES or late:
                 raise Retry(exc.details() or exc.code().name) from exc
             raise EtcdError(code, exc.details() or exc.code().name) from exc
 

@@ -187,11 +187,16 @@ class Sessions:
         if not task.cancelled():
             task.exception()
 
-    async def aclose(self) -> None:
-        """Revoke every session: every key under them is deleted."""
+    async def aclose(self, keep: set[Session]) -> None:
+        """Stop every session: revoke those not in ``keep`` (deleting their keys); renew
+        those in ``keep`` once and leave them to run out on the server."""
         sessions = list(self._live.values())
         self._live.clear()
         for session in sessions:
-            session.lost = True
             session.stop()
-        await asyncio.gather(*(self._revoke(s) for s in sessions), return_exceptions=True)
+        await asyncio.gather(
+            *(s._keepalive(self.clock()) if s in keep else self._revoke(s) for s in sessions),
+            return_exceptions=True,
+        )
+        for session in sessions:
+            session.lost = True
