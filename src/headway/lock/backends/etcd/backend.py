@@ -1,4 +1,4 @@
-"""The etcd lock backend: etcd's own ``concurrency.Mutex`` recipe over the JSON gateway.
+"""The etcd lock backend: etcd's own ``concurrency.Mutex`` recipe, over gRPC or the gateway.
 
 Keys: each acquire puts one key, ``<namespace>lock/<resource>/<id>`` (``<id>``: 16 hex
 digits of a hash of the lease token, so a key is one acquire's and says nothing of
@@ -126,7 +126,7 @@ class Waiter:
 
 
 class EtcdLockBackend(QueuedBackend):
-    """Locks on an etcd v3 cluster (3.4 or later), through its JSON gateway (httpx).
+    """Locks on an etcd v3 cluster (3.4 or later), through its gRPC API or JSON gateway.
 
     Every lock of one TTL (in whole seconds) shares one etcd lease, a session kept
     alive in the background, as etcd's ``concurrency`` package does; each lock's own
@@ -146,10 +146,10 @@ class EtcdLockBackend(QueuedBackend):
         namespace: The prefix of every key the locks write; default ``"headway/"``.
         clock: The monotonic clock of lease deadlines and waits; default None:
             ``time.monotonic``.
-        transport: How to reach etcd: ``"grpc"`` (its gRPC API, grpcio: the
-            ``etcd-grpc`` extra), ``"gateway"`` (its v3 JSON gateway, httpx: the
-            ``etcd`` extra), or ``"auto"`` (the default): gRPC if grpcio is installed,
-            else the gateway. gRPC calls take about half the time.
+        transport: How to reach etcd: ``"grpc"`` (its gRPC API, through grpcio),
+            ``"gateway"`` (its v3 JSON gateway, through httpx), or ``"auto"`` (the
+            default): gRPC if grpcio is installed (the ``etcd`` extra installs both),
+            else the gateway. A gRPC call takes about half the time.
     """
 
     name = "etcd"

@@ -1,4 +1,4 @@
-"""etcd's gRPC API over grpcio (the ``etcd-grpc`` extra), with ``proto.py``'s messages.
+"""etcd's gRPC API over grpcio (in the ``etcd`` extra), with ``proto.py``'s messages.
 
 The same calls as the JSON gateway (``gateway.py``), in the same shapes, straight to the
 member's gRPC server: no HTTP/1.1 round trip through the gateway, no JSON. Calls go

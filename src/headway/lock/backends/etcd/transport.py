@@ -1,9 +1,9 @@
 """What the backend needs from a way to reach etcd (``Transport``), and the rotation over
 a cluster's members that both transports share (``Rotation``).
 
-Two transports implement it: ``gateway.Gateway`` (etcd's v3 JSON gateway over httpx, the
-``etcd`` extra) and ``grpc_transport.GrpcTransport`` (etcd's gRPC API over grpcio, the
-``etcd-grpc`` extra, with ``proto.py``'s hand-written messages). Both take and return
+Two transports implement it, both in the ``etcd`` extra: ``gateway.Gateway`` (etcd's v3
+JSON gateway over httpx) and ``grpc_transport.GrpcTransport`` (etcd's gRPC API over
+grpcio, with ``proto.py``'s hand-written messages). Both take and return
 the JSON gateway's shapes (keys base64, 64-bit integers as strings), so the backend
 builds every request once.
 """
