@@ -123,7 +123,7 @@ async def test_waiting_costs_no_calls(
     transport: Any = backend._gateway
     original = transport.call
 
-    async def counted(path: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def counted(path: str, body: dict[str, Any]) -> Any:
         calls[path] += 1
         return await original(path, body)
 

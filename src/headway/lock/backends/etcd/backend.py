@@ -24,18 +24,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import importlib.util
 import math
-from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from headway._clock import Clock
-from headway._errors import BackendUnavailable
 from headway._keys import segment
 from headway.lock.backends.etcd.codec import NOT_FOUND, EtcdError, b64, unb64
-from headway.lock.backends.etcd.session import Session, Sessions
-from headway.lock.backends.etcd.transport import Transport
+from headway.lock.backends.etcd.places import Place, Places
+from headway.lock.backends.etcd.session import Sessions
+from headway.lock.backends.etcd.transport import Transport, TransportName, make_transport
 from headway.lock.contract import AsyncWaiter
 from headway.lock.driver import QueuedBackend
 from headway.lock.flow import Attempt, Try, parse_waiter
@@ -46,11 +44,6 @@ if TYPE_CHECKING:
 
 __all__ = ["EtcdLockBackend"]
 
-TransportName = Literal["auto", "grpc", "gateway"]
-
-#: How often a key we could not delete is tried again (s): its live session would
-#: otherwise keep it, and so the lock, for ever.
-_SWEEP = 0.25
 #: How long a waiter trusts an open watch that has not fired (s) before it looks
 #: again: a connection that died without a word cannot hide a release for longer.
 _TRUST = 5.0
@@ -65,49 +58,9 @@ def _key_id(token: str) -> int:
     return (int.from_bytes(digest) >> 1) or 1
 
 
-def _transport(name: TransportName, endpoints: Sequence[str], timeout: float) -> Transport:
-    """The transport ``name`` (see ``EtcdLockBackend``); its client library is imported
-    only here, when a backend is made."""
-    if name not in ("auto", "grpc", "gateway"):
-        raise ValueError(f"transport must be 'auto', 'grpc' or 'gateway', not {name!r}")
-    if name == "grpc" or (name == "auto" and importlib.util.find_spec("grpc") is not None):
-        from headway.lock.backends.etcd.grpc_transport import GrpcTransport
-
-        return GrpcTransport(endpoints, timeout)
-    from headway.lock.backends.etcd.gateway import Gateway
-
-    return Gateway(endpoints, timeout)
-
-
 def _prefix_end(prefix: str) -> str:
     """The range end that covers every key starting with ``prefix`` (which ends in "/")."""
     return prefix[:-1] + chr(ord(prefix[-1]) + 1)
-
-
-@dataclass(slots=True)
-class Place:
-    """One acquire's key, from its first attempt until it is released, left or lost."""
-
-    key: str
-    session: Session
-    revision: int = 0  # its create revision, once known
-    lapse: asyncio.TimerHandle | None = None  # while held: deletes the key at the deadline
-
-
-class Watch:
-    """A waiter's watch on what keeps it out (``Transport.deleted`` with no time bound),
-    open until that goes."""
-
-    def __init__(self, watching: Coroutine[Any, Any, None], opened: float) -> None:
-        self.opened = opened
-        self.gone = asyncio.Event()
-        self.task = asyncio.create_task(self._run(watching))
-
-    async def _run(self, watching: Coroutine[Any, Any, None]) -> None:
-        try:
-            await watching
-        finally:  # deleted, or the stream broke: either way, look again
-            self.gone.set()
 
 
 class Waiter:
@@ -117,7 +70,7 @@ class Waiter:
         self.backend, self.token = backend, token
 
     async def wait(self, seconds: float) -> int | None:
-        watch = self.backend._watches.get(self.token)
+        watch = self.backend._keys.watches.get(self.token)
         if watch is not None:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(seconds):
@@ -170,13 +123,9 @@ class EtcdLockBackend(QueuedBackend):
         if isinstance(endpoints, str):
             endpoints = endpoints.split(",")
         self.namespace = namespace
-        self._gateway: Transport = _transport(transport, endpoints, timeout)
-        self._sessions = Sessions(self._gateway, self.clock, self._lost)
-        # token -> its key, from its first attempt until released, left or lost.
-        self._places: dict[str, Place] = {}
-        # token -> the watch on its predecessor, while it waits (exclusive locks).
-        self._watches: dict[str, Watch] = {}
-        self._lapsing: set[asyncio.Task[Any]] = set()
+        self._gateway: Transport = make_transport(transport, endpoints, timeout)
+        self._keys = Places(self._gateway, self.clock)
+        self._sessions = Sessions(self._gateway, self.clock, self._keys.lost)
 
     @classmethod
     def from_url(cls, url: str, *, timeout: float = 2.0, **options: Any) -> EtcdLockBackend:
@@ -209,77 +158,7 @@ class EtcdLockBackend(QueuedBackend):
     async def _place(self, resource: str, token: str, ttl_ms: int) -> Place:
         """A new place for ``token`` (its key is not put yet), under the session of its TTL."""
         session = await self._sessions.get(math.ceil(ttl_ms / 1000), token)
-        place = self._places[token] = Place(self._key(resource, token), session)
-        return place
-
-    def _hold(self, token: str, place: Place, sent: float) -> None:
-        """``token`` holds its key, granted or renewed by a call sent at ``sent`` (our
-        clock), until its lapse: as a lease of the session's TTL would (the acquire's
-        ``ttl`` in whole seconds, at least etcd's minimum), unless extended."""
-        self._unwatch(token)
-        if place.lapse is not None:
-            place.lapse.cancel()
-        delay = max(0.0, sent + place.session.granted - self.clock())
-        place.lapse = asyncio.get_running_loop().call_later(delay, self._lapse, token)
-
-    def _lapse(self, token: str) -> None:
-        self._spawn(self._drop(token))
-
-    def _spawn(self, work: Coroutine[Any, Any, Any]) -> None:
-        task = asyncio.create_task(work)
-        self._lapsing.add(task)
-        task.add_done_callback(self._spawned)
-
-    def _spawned(self, task: asyncio.Task[Any]) -> None:
-        self._lapsing.discard(task)
-        if not task.cancelled():
-            task.exception()  # a lapse that failed is swept (``_sweep``): nothing to report
-
-    def _forget(self, token: str) -> Place | None:
-        """Stop tracking ``token``'s key (not deleting it); its place, if it had one."""
-        self._unwatch(token)
-        place = self._places.pop(token, None)
-        if place is not None:
-            place.session.tokens.discard(token)
-            if place.lapse is not None:
-                place.lapse.cancel()
-        return place
-
-    async def _drop(self, token: str) -> bool:
-        """Delete ``token``'s key: True if it was there (a live lease's)."""
-        place = self._forget(token)
-        if place is None:
-            return False
-        try:
-            reply = await self._gateway.call("kv/deleterange", {"key": b64(place.key)})
-        except BaseException:
-            self._spawn(self._sweep(place))
-            raise
-        return int(reply.get("deleted", 0)) > 0 and not place.session.lost
-
-    def _abandon(self, token: str) -> None:
-        """Stop tracking ``token``'s key and delete it in the background."""
-        place = self._forget(token)
-        if place is not None:
-            self._spawn(self._sweep(place, 0.0))
-
-    async def _sweep(self, place: Place, pause: float = _SWEEP) -> None:
-        """Delete a key we no longer track, until it is done or its session ended: the
-        session is kept alive, and with it every key left under it."""
-        while not place.session.lost:
-            await asyncio.sleep(pause)
-            with contextlib.suppress(BackendUnavailable, EtcdError):
-                await self._gateway.call("kv/deleterange", {"key": b64(place.key)})
-                return
-            pause = _SWEEP
-
-    def _lost(self, session: Session) -> None:
-        """``session`` ended: its keys are gone, its waiters must look again."""
-        for token in list(session.tokens):
-            watch = self._watches.get(token)
-            self._forget(token)
-            if watch is not None:
-                watch.gone.set()
+        return self._keys.new(token, self._key(resource, token), session)
 
     # -- the primitives ------------------------------------------------------------------
 
@@ -289,14 +168,14 @@ class EtcdLockBackend(QueuedBackend):
         except Exception:
             # The key may be in place (a reply lost in an outage): a key left under a
             # live session would never go, so it is deleted in the background.
-            self._abandon(step.token)
+            self._keys.abandon(step.token)
             raise
 
     async def _step(self, resource: str, step: Try) -> Attempt:
         sent = self.clock()
-        place = self._places.get(step.token)
+        place = self._keys.places.get(step.token)
         if place is not None and not place.session.alive():
-            self._forget(step.token)  # its session ended while it waited: queue again
+            self._keys.forget(step.token)  # its session ended while it waited: queue again
             place = None
         until = sent + step.ttl_ms / 1000
         try:
@@ -315,18 +194,16 @@ class EtcdLockBackend(QueuedBackend):
             place.session.lose()
             found = None
         if found is None or not covered:  # our key or its session is gone: queue again
-            self._forget(step.token)
+            self._keys.forget(step.token)
             return await self._step(resource, step)
         before, seen = found
         if before is None:
-            self._hold(step.token, place, sent)
+            self._keys.hold(step.token, place, sent)
             return Attempt(True, fence=place.revision)
         if not step.waiter:  # no waiting: take no place
-            await self._drop(step.token)
+            await self._keys.drop(step.token)
         else:
-            self._unwatch(step.token)
-            watching = self._gateway.deleted(before, seen, None)
-            self._watches[step.token] = Watch(watching, self.clock())
+            self._keys.watch(step.token, self._gateway.deleted(before, seen, None))
         return Attempt(False, pttl_ms=_WATCHED_MS)
 
     async def _put(self, resource: str, place: Place) -> tuple[str | None, int] | None:
@@ -402,36 +279,31 @@ class EtcdLockBackend(QueuedBackend):
         # A waiter whose predecessor's watch has not fired is still refused: no I/O, so
         # the driver's capped waits cost nothing (the key needs no renewal: its session
         # is kept alive in the background).
-        watch = self._watches.get(step.token)
-        place = self._places.get(step.token)
+        watch = self._keys.watches.get(step.token)
+        place = self._keys.places.get(step.token)
         if watch is None or watch.gone.is_set() or place is None or not place.session.alive():
             return None
         if self.clock() - watch.opened > _TRUST:
             return None
         return Attempt(False, pttl_ms=_WATCHED_MS)
 
-    def _unwatch(self, token: str) -> None:
-        watch = self._watches.pop(token, None)
-        if watch is not None:
-            watch.task.cancel()
-
     async def _release(self, resource: str, token: str) -> bool:
-        return await self._drop(token)
+        return await self._keys.drop(token)
 
     async def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:
         sent = self.clock()
-        place = self._places.get(token)
+        place = self._keys.places.get(token)
         if place is None or not place.session.alive():
-            self._forget(token)
+            self._keys.forget(token)
             return False
         if math.ceil(ttl_ms / 1000) > place.session.ttl and not await self._move(
             resource, token, place, ttl_ms
         ):
             return False
         if not await place.session.cover(sent + ttl_ms / 1000):
-            self._forget(token)
+            self._keys.forget(token)
             return False
-        self._hold(token, place, sent)
+        self._keys.hold(token, place, sent)
         return True
 
     async def _move(self, resource: str, token: str, place: Place, ttl_ms: int) -> bool:
@@ -453,14 +325,14 @@ class EtcdLockBackend(QueuedBackend):
         )
         if not reply.get("succeeded"):
             new.tokens.discard(token)
-            self._forget(token)
+            self._keys.forget(token)
             return False
         old.tokens.discard(token)
         place.session = new
         return True
 
     async def _leave(self, resource: str, waiter: str) -> None:
-        await self._drop(parse_waiter(waiter)[0])
+        await self._keys.drop(parse_waiter(waiter)[0])
 
     def _join(self, resource: str, waiter: str) -> AsyncWaiter | None:
         # Listening costs nothing: the watch is opened by the attempt that was refused,
@@ -478,14 +350,9 @@ class EtcdLockBackend(QueuedBackend):
         still holds one is renewed once and left to run out on the server, so a lock
         still held outlives the process by at least what was left of its lease (as a
         lease of its own would), at most its TTL; a wait still open is given up."""
-        held = {p.session for p in self._places.values() if p.lapse is not None}
-        waiting = [p for p in self._places.values() if p.lapse is None and p.session in held]
-        for token in list(self._places):
-            self._forget(token)
-        for task in list(self._lapsing):
-            task.cancel()
+        held, waiting = self._keys.close()
         try:
-            deletes = (self._gateway.call("kv/deleterange", {"key": b64(p.key)}) for p in waiting)
+            deletes = (self._gateway.call("kv/deleterange", {"key": b64(key)}) for key in waiting)
             await asyncio.gather(*deletes, return_exceptions=True)
             await self._sessions.aclose(keep=held)
         finally:

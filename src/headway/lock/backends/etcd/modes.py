@@ -29,12 +29,11 @@ from typing import Any
 from headway.lock.backends.etcd.backend import (
     _WATCHED_MS,
     EtcdLockBackend,
-    Place,
-    Watch,
     _key_id,
     _prefix_end,
 )
 from headway.lock.backends.etcd.codec import NOT_FOUND, EtcdError, b64, unb64
+from headway.lock.backends.etcd.places import Place
 from headway.lock.driver import QueuedBackend
 from headway.lock.flow import Attempt, Try
 from headway.lock.modes import WHOLE, LockMode, fits
@@ -78,9 +77,7 @@ class EtcdModeBackend(EtcdLockBackend):
         self.namespace = backend.namespace
         self._gateway = backend._gateway
         self._sessions = backend._sessions
-        self._places = backend._places
-        self._watches = backend._watches
-        self._lapsing = backend._lapsing
+        self._keys = backend._keys
         self.mode = mode
         self._space = mode.family
 
@@ -90,9 +87,9 @@ class EtcdModeBackend(EtcdLockBackend):
     async def _step(self, resource: str, step: Try) -> Attempt:
         sent = self.clock()
         until = sent + step.ttl_ms / 1000
-        place = self._places.get(step.token)
+        place = self._keys.places.get(step.token)
         if place is not None and not place.session.alive():
-            self._forget(step.token)  # its session ended while it waited: queue again
+            self._keys.forget(step.token)  # its session ended while it waited: queue again
             place = None
         try:
             if place is None:
@@ -114,19 +111,18 @@ class EtcdModeBackend(EtcdLockBackend):
             place.session.lose()
             found = None
         if found is None or not covered:  # our key or its session is gone: queue again
-            self._forget(step.token)
+            self._keys.forget(step.token)
             return await self._step(resource, step)
         place.revision = found.revision
         watch = self._blocker(queue, found)
         if watch is None:
-            self._hold(step.token, place, sent)
+            self._keys.hold(step.token, place, sent)
             return Attempt(True, fence=found.revision)
         if not step.waiter:  # no waiting: take no place
-            await self._drop(step.token)
+            await self._keys.drop(step.token)
         else:
-            self._unwatch(step.token)
-            watching = self._watching(resource, step.token, watch, queue)
-            self._watches[step.token] = Watch(watching, self.clock())
+            self._keys.unwatch(step.token)
+            self._keys.watch(step.token, self._watching(resource, step.token, watch, queue))
         return Attempt(False, pttl_ms=_WATCHED_MS)
 
     def _watching(
@@ -216,7 +212,7 @@ class EtcdModeBackend(EtcdLockBackend):
 
     async def _refused(self, resource: str, token: str) -> bool:
         """True if ``token``'s request is still in the queue and still does not fit."""
-        place = self._places.get(token)
+        place = self._keys.places.get(token)
         if place is None:
             return False
         queue = await self._queue(resource)

@@ -11,14 +11,16 @@ builds every request once.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from headway._errors import BackendUnavailable
 
-__all__ = ["RETRY_CODES", "Retry", "Rotation", "Transport"]
+__all__ = ["RETRY_CODES", "Retry", "Rotation", "Transport", "TransportName", "make_transport"]
 
 T = TypeVar("T")
+TransportName = Literal["auto", "grpc", "gateway"]
 
 #: gRPC codes that mean "this member cannot answer now" (no leader, leader changed,
 #: request timed out): another member, or the same one a moment later, may.
@@ -93,3 +95,17 @@ class Rotation:
             self._at = (at + 1) % len(self.endpoints)
             if len(failed) % len(self.endpoints) == 0:
                 await asyncio.sleep(min(_BACKOFF, max(0.0, deadline - loop.time())))
+
+
+def make_transport(name: TransportName, endpoints: Sequence[str], timeout: float) -> Transport:
+    """The transport ``name`` (see ``EtcdLockBackend``); its client library is imported
+    only here, when a backend is made."""
+    if name not in ("auto", "grpc", "gateway"):
+        raise ValueError(f"transport must be 'auto', 'grpc' or 'gateway', not {name!r}")
+    if name == "grpc" or (name == "auto" and importlib.util.find_spec("grpc") is not None):
+        from headway.lock.backends.etcd.grpc_transport import GrpcTransport
+
+        return GrpcTransport(endpoints, timeout)
+    from headway.lock.backends.etcd.gateway import Gateway
+
+    return Gateway(endpoints, timeout)
