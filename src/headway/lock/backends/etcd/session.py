@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import secrets
 from collections.abc import Callable
 
@@ -144,8 +145,13 @@ class Sessions:
             granting = self._granting.get(ttl)
             if granting is None:
                 granting = self._granting[ttl] = asyncio.create_task(self._grant(ttl))
-                granting.add_done_callback(lambda _: self._granting.pop(ttl, None))
+                granting.add_done_callback(functools.partial(self._granted, ttl))
             await asyncio.shield(granting)
+
+    def _granted(self, ttl: int, task: asyncio.Task[Session]) -> None:
+        self._granting.pop(ttl, None)
+        if not task.cancelled():
+            task.exception()  # retrieved: the callers that awaited it have seen it
 
     async def _grant(self, ttl: int) -> Session:
         lease = secrets.randbits(62) + 1
