@@ -1,5 +1,8 @@
 """etcd lock benchmark: headway's EtcdLockBackend against aetcd's and etcd3aio's locks.
 
+``headway`` runs over gRPC (the default when grpcio is installed), ``headway-gw`` over
+the JSON gateway (``transport="gateway"``), in the same run.
+
     uv run python benchmarks/etcd_lock_bench.py [--url http://127.0.0.1:2379] [--seconds 4]
         [--rounds 3]
 
@@ -22,23 +25,31 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 WORKERS = 8
 Pair = tuple[Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[Any]]]
 
 
-async def _headway(url: str, key: str) -> tuple[Callable[[], Pair], Callable[[], Awaitable[None]]]:
+async def _headway(
+    url: str, key: str, transport: Literal["grpc", "gateway"] = "grpc"
+) -> tuple[Callable[[], Pair], Callable[[], Awaitable[None]]]:
     from headway import EtcdLockBackend, Lock
 
-    backend = EtcdLockBackend(url, namespace=f"bench/{uuid.uuid4().hex}/")
+    backend = EtcdLockBackend(url, namespace=f"bench/{uuid.uuid4().hex}/", transport=transport)
     lock = Lock(backend, key, ttl=10, timeout=60)
 
     def make() -> Pair:
         return lock.acquire, lock.release
 
     return make, backend.aclose
+
+
+async def _headway_gateway(
+    url: str, key: str
+) -> tuple[Callable[[], Pair], Callable[[], Awaitable[None]]]:
+    return await _headway(url, key, "gateway")
 
 
 async def _aetcd(url: str, key: str) -> tuple[Callable[[], Pair], Callable[[], Awaitable[None]]]:
@@ -82,7 +93,12 @@ async def _etcd3aio(url: str, key: str) -> tuple[Callable[[], Pair], Callable[[]
     return make, client.close
 
 
-SUBJECTS = {"headway": _headway, "aetcd": _aetcd, "etcd3aio": _etcd3aio}
+SUBJECTS = {
+    "headway": _headway,
+    "headway-gw": _headway_gateway,
+    "aetcd": _aetcd,
+    "etcd3aio": _etcd3aio,
+}
 
 
 async def measure(subject: str, url: str, seconds: float) -> dict[str, Any]:
@@ -148,21 +164,22 @@ def main() -> None:
         order = list(SUBJECTS) if r % 2 == 0 else list(reversed(SUBJECTS))
         for name in order:
             results[name].append(run(name, args.url, args.seconds))
-    print(f"{'lock':10} {'uncontended/s':>14} {'8 workers/s':>12} {'max in':>7}  shares % (last)")
+    print(f"{'lock':11} {'uncontended/s':>14} {'8 workers/s':>12} {'max in':>7}  shares % (last)")
     for name, rows in results.items():
         un = statistics.median(r["uncontended"] for r in rows)
         co = statistics.median(r["contended"] for r in rows)
         most = max(r["most_inside"] for r in rows)
-        print(f"{name:10} {un:14.1f} {co:12.1f} {most:7d}  {rows[-1]['shares']}")
-    base = results["headway"]
-    for name in ("aetcd", "etcd3aio"):
-        un = statistics.median(r["uncontended"] for r in base) / statistics.median(
-            r["uncontended"] for r in results[name]
-        )
-        co = statistics.median(r["contended"] for r in base) / statistics.median(
-            r["contended"] for r in results[name]
-        )
-        print(f"headway / {name}: uncontended {un:.2f}x, 8 workers {co:.2f}x")
+        print(f"{name:11} {un:14.1f} {co:12.1f} {most:7d}  {rows[-1]['shares']}")
+    for mine in ("headway", "headway-gw"):
+        base = results[mine]
+        for name in ("aetcd", "etcd3aio"):
+            un = statistics.median(r["uncontended"] for r in base) / statistics.median(
+                r["uncontended"] for r in results[name]
+            )
+            co = statistics.median(r["contended"] for r in base) / statistics.median(
+                r["contended"] for r in results[name]
+            )
+            print(f"{mine} / {name}: uncontended {un:.2f}x, 8 workers {co:.2f}x")
 
 
 if __name__ == "__main__":

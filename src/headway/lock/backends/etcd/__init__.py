@@ -1,2 +1,3 @@
-"""The etcd lock backend (extra ``headway[etcd]``): ``gateway`` talks to etcd's v3
-JSON gateway over httpx, ``backend`` runs etcd's mutex recipe on it."""
+"""The etcd lock backend (extra ``headway[etcd]``): ``backend`` runs etcd's mutex recipe
+(``modes`` its weighted form) on session leases (``session``), over gRPC
+(``grpc_transport``, ``proto``) or the v3 JSON gateway (``gateway``)."""

@@ -1,28 +1,40 @@
-"""The etcd lock backend: etcd's own ``concurrency.Mutex`` recipe over the JSON gateway.
+"""The etcd lock backend: etcd's own ``concurrency.Mutex`` recipe, over gRPC or the gateway.
 
-Each acquire owns one etcd lease (its id derived from the lease token) and one key,
-``<namespace>lock/<resource>/<lease id>``, created once in a transaction if its
-create revision is 0. The key with the lowest create revision under the resource's
-prefix holds the lock; its create revision is the fencing token (etcd's revision is
-cluster-wide and only grows). A waiter watches only its predecessor's key for a
-DELETE (a release, a leave or an expired lease), then looks again: FIFO, no herd.
-Renewal is a lease keep-alive; an expired lease has deleted the key, so a refused
-keep-alive is a lost lock.
+Keys: each acquire puts one key, ``<namespace>lock/<resource>/<id>`` (``<id>``: 16 hex
+digits of a hash of the lease token, so a key is one acquire's and says nothing of
+the token), its value empty, created once in a transaction if its create revision is
+0. The key is bound to the backend's **session lease** for the acquire's TTL in whole
+seconds (``session.py``): the lease a key shows is shared by every lock of that
+backend with that TTL, kept alive while the process lives, and its TTL is the
+session's, not the time the lock has left. The key with the lowest create revision
+under the resource's prefix holds the lock; its create revision is the fencing token
+(etcd's revision is cluster-wide and only grows); the others wait, in create-revision
+order.
+
+Each lock's own TTL is kept by this process: a lease not extended by its deadline has
+its key deleted then (its lapse), and a lock's deadline never passes its session's
+``expiry``, so a process that stops (SIGSTOP, a crash) loses its locks on the server
+within its session's TTL. A waiter watches only its predecessor's key for a DELETE (a
+release, a leave, a lapse or an ended session), then looks again: FIFO, no herd, and
+nothing to renew while it waits.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import math
-import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from headway._clock import Clock
 from headway._keys import segment
-from headway.lock.backends.etcd.codec import FAILED_PRECONDITION, NOT_FOUND, EtcdError, b64, unb64
+from headway.lock.backends.etcd.codec import NOT_FOUND, EtcdError, b64, unb64
 from headway.lock.backends.etcd.inspect import holders, value
+from headway.lock.backends.etcd.places import Place, Places
+from headway.lock.backends.etcd.session import Sessions
+from headway.lock.backends.etcd.transport import Transport, TransportName, make_transport
 from headway.lock.contract import AsyncWaiter
 from headway.lock.driver import QueuedBackend
 from headway.lock.flow import Attempt, Try, parse_waiter
@@ -30,18 +42,20 @@ from headway.lock.introspection import LockState
 from headway.lock.modes import LockMode, ModeKind
 
 if TYPE_CHECKING:
-    from headway.lock.backends.etcd.gateway import Gateway
     from headway.lock.backends.etcd.modes import EtcdModeBackend
 
 __all__ = ["EtcdLockBackend"]
 
+#: How long a waiter trusts an open watch that has not fired (s) before it looks
+#: again: a connection that died without a word cannot hide a release for longer.
+_TRUST = 5.0
 #: What a refusal reports as the holder's remaining lease: unknown, and not needed,
 #: since the watch also sees the key deleted by an expiry. Waits stay capped by the flow.
 _WATCHED_MS = 60_000
 
 
-def _lease_id(token: str) -> int:
-    """The etcd lease id of a lease token: positive, non-zero, 63 bits."""
+def _key_id(token: str) -> int:
+    """The id in a lease token's key: positive, non-zero, 63 bits."""
     digest = hashlib.blake2b(token.encode(), digest_size=8).digest()
     return (int.from_bytes(digest) >> 1) or 1
 
@@ -51,43 +65,29 @@ def _prefix_end(prefix: str) -> str:
     return prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
-class _Waiter:
-    """Waits for the predecessor of one waiter's key to be deleted."""
+class Waiter:
+    """Waits for the watch of one waiter's predecessor to fire."""
 
-    def __init__(self, backend: EtcdLockBackend, resource: str, token: str) -> None:
-        self.backend, self.resource, self.token = backend, resource, token
+    def __init__(self, backend: EtcdLockBackend, token: str) -> None:
+        self.backend, self.token = backend, token
 
     async def wait(self, seconds: float) -> int | None:
-        backend = self.backend
-        revision = backend._revisions.get(self.token)
-        if revision is None:
-            return None  # no place (yet): the next attempt takes one
-        prefix = backend._prefix(self.resource)
-        before = await backend._gateway.call(
-            "kv/range",
-            {
-                "key": b64(prefix),
-                "range_end": b64(_prefix_end(prefix)),
-                "max_create_revision": str(revision - 1),
-                "sort_order": "DESCEND",
-                "sort_target": "CREATE",
-                "limit": "1",
-                "keys_only": True,
-            },
-        )
-        kvs = before.get("kvs")
-        if not kvs:
-            return None  # nobody ahead: the next attempt is granted
-        seen = int(before["header"]["revision"])
-        await backend._gateway.deleted(unb64(kvs[0]["key"]), seen, seconds)
+        watch = self.backend._keys.watches.get(self.token)
+        if watch is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(seconds):
+                    await watch.gone.wait()
         return None  # the next attempt looks again (the lock is never handed over)
 
 
 class EtcdLockBackend(QueuedBackend):
-    """Locks on an etcd v3 cluster (3.4 or later), through its JSON gateway (httpx).
+    """Locks on an etcd v3 cluster (3.4 or later), through its gRPC API or JSON gateway.
 
-    Lease TTLs are whole seconds on etcd, at least its minimum (2 s by default):
-    a shorter ``ttl`` is held longer on the server, never shorter than the lease says.
+    Every lock of one TTL (in whole seconds) shares one etcd lease, a session kept
+    alive in the background, as etcd's ``concurrency`` package does; each lock's own
+    ``ttl`` is kept by the backend (a lease not extended lapses at its deadline), and
+    if the process stops, its locks end on the server within their TTL rounded up to
+    whole seconds, at least etcd's minimum (2 s by default).
 
     Offers every mode: ``ReadWriteLock`` and ``Semaphore`` work over it too.
 
@@ -101,6 +101,10 @@ class EtcdLockBackend(QueuedBackend):
         namespace: The prefix of every key the locks write; default ``"headway/"``.
         clock: The monotonic clock of lease deadlines and waits; default None:
             ``time.monotonic``.
+        transport: How to reach etcd: ``"grpc"`` (its gRPC API, through grpcio),
+            ``"gateway"`` (its v3 JSON gateway, through httpx), or ``"auto"`` (the
+            default): gRPC if grpcio is installed (the ``etcd`` extra installs both),
+            else the gateway. A gRPC call takes about half the time.
     """
 
     name = "etcd"
@@ -115,19 +119,15 @@ class EtcdLockBackend(QueuedBackend):
         timeout: float = 2.0,
         namespace: str = "headway/",
         clock: Clock | None = None,
+        transport: TransportName = "auto",
     ) -> None:
         super().__init__(clock)
         if isinstance(endpoints, str):
             endpoints = endpoints.split(",")
         self.namespace = namespace
-        # httpx is the ``etcd`` extra's: imported only when a backend is made.
-        from headway.lock.backends.etcd.gateway import Gateway
-
-        self._gateway: Gateway = Gateway(endpoints, timeout)
-        # token -> the create revision of its key, while it waits or holds.
-        self._revisions: dict[str, int] = {}
-        # token -> its lease, once ``extend`` moved the key to a longer lease.
-        self._moved: dict[str, int] = {}
+        self._gateway: Transport = make_transport(transport, endpoints, timeout)
+        self._keys = Places(self._gateway, self.clock)
+        self._sessions = Sessions(self._gateway, self.clock, self._keys.lost)
 
     @classmethod
     def from_url(cls, url: str, *, timeout: float = 2.0, **options: Any) -> EtcdLockBackend:
@@ -152,12 +152,15 @@ class EtcdLockBackend(QueuedBackend):
 
         return EtcdModeBackend(self, mode)
 
+    def _key(self, resource: str, token: str) -> str:
+        return f"{self._prefix(resource)}{_key_id(token):016x}"
+
     async def inspect(self, resource: str) -> LockState:
         """Who holds ``resource``'s lock, and how many wait (``InspectableLockBackend``).
 
         One range over the lock's keys: the oldest holds (its create revision is the
-        fence), the others wait; the holder's time left is its etcd lease's, in whole
-        seconds.
+        fence), the others wait; the holder's time left is its session lease's, in
+        whole seconds (the latest its lock ends if its process stops).
 
         Args:
             resource: The lock's name.
@@ -180,145 +183,209 @@ class EtcdLockBackend(QueuedBackend):
             "keys_only": keys_only,
         }
 
-    def _lease(self, token: str) -> int:
-        return self._moved.get(token) or _lease_id(token)
+    # -- places: a key under a session, its lapse ------------------------------------
 
-    def _key(self, resource: str, token: str) -> str:
-        return f"{self._prefix(resource)}{_lease_id(token):016x}"
+    async def _place(self, resource: str, token: str, ttl_ms: int) -> Place:
+        """A new place for ``token`` (its key is not put yet), under the session of its TTL."""
+        session = await self._sessions.get(math.ceil(ttl_ms / 1000), token)
+        return self._keys.new(token, self._key(resource, token), session)
+
+    # -- the primitives ------------------------------------------------------------------
 
     async def _try(self, resource: str, step: Try) -> Attempt:
-        lease = self._lease(step.token)
-        if step.token in self._revisions:
-            # A retry: renew the place (and, if granted now, the lease from here on).
-            try:
-                alive, reply = await asyncio.gather(
-                    self._keepalive(lease), self._place(resource, step.token, lease)
+        try:
+            return await self._step(resource, step)
+        except Exception:
+            # The key may be in place (a reply lost in an outage): a key left under a
+            # live session would never go, so it is deleted in the background.
+            self._keys.abandon(step.token)
+            raise
+
+    async def _step(self, resource: str, step: Try) -> Attempt:
+        sent = self.clock()
+        place = self._keys.places.get(step.token)
+        if place is not None and not place.session.alive():
+            self._keys.forget(step.token)  # its session ended while it waited: queue again
+            place = None
+        until = sent + step.ttl_ms / 1000
+        try:
+            if place is None:
+                place = await self._place(resource, step.token, step.ttl_ms)
+                covered, found = await asyncio.gather(
+                    place.session.cover(until), self._put(resource, place)
                 )
-            except EtcdError as exc:
-                if exc.code != NOT_FOUND:  # the key was gone, and so was the lease for it
-                    raise
-                alive = False
-            if not alive:  # our lease ran out while we waited: queue again, at the end
-                self._forget(step.token)
-                return await self._try(resource, step)
-        else:
-            await self._grant(lease, step.ttl_ms)
-            reply = await self._place(resource, step.token, lease)
-        mine, owner = (int(r["response_range"]["kvs"][0]["create_revision"]) for r in reply[-2:])
-        self._revisions[step.token] = mine
-        if owner == mine:
-            return Attempt(True, fence=mine)
+            else:
+                covered, found = await asyncio.gather(
+                    place.session.cover(until), self._ahead(resource, place)
+                )
+        except EtcdError as exc:
+            if exc.code != NOT_FOUND or place is None:  # not "requested lease not found"
+                raise
+            place.session.lose()
+            found = None
+        if found is None or not covered:  # our key or its session is gone: queue again
+            self._keys.forget(step.token)
+            return await self._step(resource, step)
+        before, seen = found
+        if before is None:
+            self._keys.hold(step.token, place, sent)
+            return Attempt(True, fence=place.revision)
         if not step.waiter:  # no waiting: take no place
-            await self._revoke(step.token)
+            await self._keys.drop(step.token)
+        else:
+            self._keys.watch(step.token, self._gateway.deleted(before, seen, None))
         return Attempt(False, pttl_ms=_WATCHED_MS)
 
-    async def _place(self, resource: str, token: str, lease: int) -> list[Any]:
-        """Create our key if it is missing; return [..., our key, the owner's key]."""
-        prefix, key = self._prefix(resource), b64(self._key(resource, token))
-        gets = [
-            {"request_range": {"key": key, "keys_only": True}},
-            {
-                "request_range": {
-                    "key": b64(prefix),
-                    "range_end": b64(_prefix_end(prefix)),
-                    "sort_order": "ASCEND",
-                    "sort_target": "CREATE",
-                    "limit": "1",
-                    "keys_only": True,
-                }
-            },
-        ]
-        put = {"request_put": {"key": key, "value": b64(value()), "lease": str(lease)}}
+    async def _put(self, resource: str, place: Place) -> tuple[str | None, int] | None:
+        """Put our key unless a lost reply's attempt did, and note its create revision;
+        then as ``_ahead``."""
+        prefix, key = self._prefix(resource), b64(place.key)
+        last = {
+            "key": b64(prefix),
+            "range_end": b64(_prefix_end(prefix)),
+            "sort_order": "DESCEND",
+            "sort_target": "CREATE",
+            "limit": "2",
+            "keys_only": True,
+        }
+        put = {
+            "request_put": {"key": key, "value": b64(value()), "lease": str(place.session.lease)}
+        }
         reply = await self._gateway.call(
             "kv/txn",
             {
                 "compare": [{"key": key, "target": "CREATE", "result": "EQUAL"}],
-                "success": [put, *gets],
-                "failure": gets,
+                # Just put, ours is the newest key: the newest two are ours and the one
+                # before it, if there is one.
+                "success": [put, {"request_range": last}],
+                "failure": [{"request_range": {"key": key, "keys_only": True}}],
             },
         )
-        responses: list[Any] = reply["responses"]
-        return responses
+        seen = int(reply["header"]["revision"])
+        if not reply.get("succeeded"):  # a retry after a lost reply: look it up
+            kvs = reply["responses"][0]["response_range"].get("kvs")
+            if not kvs:
+                return None
+            place.revision = int(kvs[0]["create_revision"])
+            return await self._ahead(resource, place)
+        place.revision = seen  # the put's revision: our key's create revision
+        newest = reply["responses"][1]["response_range"]["kvs"]
+        return (unb64(newest[1]["key"]) if len(newest) > 1 else None), seen
 
-    async def _grant(self, lease: int, ttl_ms: int) -> None:
-        try:
-            body = {"ID": str(lease), "TTL": str(math.ceil(ttl_ms / 1000))}
-            await self._gateway.call("lease/grant", body)
-        except EtcdError as exc:
-            # A grant sent again after a lost reply finds its own lease: that is fine.
-            if exc.code != FAILED_PRECONDITION:
-                raise
-
-    async def _keepalive(self, lease: int) -> bool:
-        reply = await self._gateway.call("lease/keepalive", {"ID": str(lease)})
-        return int(reply.get("TTL", 0)) > 0
-
-    async def _revoke(self, token: str) -> bool:
-        """Revoke ``token``'s lease (deleting its key); False if it was gone."""
-        lease = self._lease(token)
-        self._forget(token)
-        try:
-            await self._gateway.call("lease/revoke", {"ID": str(lease)})
-        except EtcdError as exc:
-            if exc.code != NOT_FOUND:
-                raise
-            return False
-        return True
-
-    def _forget(self, token: str) -> None:
-        self._revisions.pop(token, None)
-        self._moved.pop(token, None)
-
-    async def _release(self, resource: str, token: str) -> bool:
-        return await self._revoke(token)
-
-    async def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:
-        lease = self._lease(token)
-        reply = await self._gateway.call("lease/keepalive", {"ID": str(lease)})
-        granted = int(reply.get("TTL", 0))
-        if granted <= 0:
-            self._forget(token)
-            return False
-        if granted * 1000 >= ttl_ms:
-            return True
-        return await self._move(resource, token, lease, math.ceil(ttl_ms / 1000))
-
-    async def _move(self, resource: str, token: str, lease: int, ttl: int) -> bool:
-        """Bind our key to a new, longer lease (a keep-alive cannot change a TTL); the
-        key keeps its create revision, so the fence and the place stay."""
-        new = secrets.randbits(62) + 1
-        await self._gateway.call("lease/grant", {"ID": str(new), "TTL": str(ttl)})
-        key = b64(self._key(resource, token))
+    async def _ahead(self, resource: str, place: Place) -> tuple[str | None, int] | None:
+        """The key just before ours (None if ours is first) and the revision read at;
+        None if our key is gone."""
+        prefix, key = self._prefix(resource), b64(place.key)
         reply = await self._gateway.call(
             "kv/txn",
             {
                 "compare": [
-                    {"key": key, "target": "LEASE", "result": "EQUAL", "lease": str(lease)}
+                    {
+                        "key": key,
+                        "target": "CREATE",
+                        "result": "EQUAL",
+                        "create_revision": str(place.revision),
+                    }
                 ],
-                "success": [{"request_put": {"key": key, "lease": str(new), "ignore_value": True}}],
+                "success": [
+                    {
+                        "request_range": {
+                            "key": b64(prefix),
+                            "range_end": b64(_prefix_end(prefix)),
+                            "max_create_revision": str(place.revision - 1),
+                            "sort_order": "DESCEND",
+                            "sort_target": "CREATE",
+                            "limit": "1",
+                            "keys_only": True,
+                        }
+                    }
+                ],
             },
         )
         if not reply.get("succeeded"):
-            await self._gateway.call("lease/revoke", {"ID": str(new)})
+            return None
+        kvs = reply["responses"][0]["response_range"].get("kvs")
+        return (unb64(kvs[0]["key"]) if kvs else None), int(reply["header"]["revision"])
+
+    def _ride(self, resource: str, step: Try) -> Attempt | None:
+        # A waiter whose predecessor's watch has not fired is still refused: no I/O, so
+        # the driver's capped waits cost nothing (the key needs no renewal: its session
+        # is kept alive in the background).
+        watch = self._keys.watches.get(step.token)
+        place = self._keys.places.get(step.token)
+        if watch is None or watch.gone.is_set() or place is None or not place.session.alive():
+            return None
+        if self.clock() - watch.opened > _TRUST:
+            return None
+        return Attempt(False, pttl_ms=_WATCHED_MS)
+
+    async def _release(self, resource: str, token: str) -> bool:
+        return await self._keys.drop(token)
+
+    async def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:
+        sent = self.clock()
+        place = self._keys.places.get(token)
+        if place is None or not place.session.alive():
+            self._keys.forget(token)
             return False
-        self._moved[token] = new
-        await self._gateway.call("lease/revoke", {"ID": str(lease)})  # now holds no key
+        if math.ceil(ttl_ms / 1000) > place.session.ttl and not await self._move(
+            resource, token, place, ttl_ms
+        ):
+            return False
+        if not await place.session.cover(sent + ttl_ms / 1000):
+            self._keys.forget(token)
+            return False
+        self._keys.hold(token, place, sent)
+        return True
+
+    async def _move(self, resource: str, token: str, place: Place, ttl_ms: int) -> bool:
+        """Bind our key to the longer session of ``ttl_ms`` (a lease's TTL cannot change);
+        the key keeps its create revision, so the fence and the place stay."""
+        old = place.session
+        new = await self._sessions.get(math.ceil(ttl_ms / 1000), token)
+        key = b64(place.key)
+        reply = await self._gateway.call(
+            "kv/txn",
+            {
+                "compare": [
+                    {"key": key, "target": "LEASE", "result": "EQUAL", "lease": str(old.lease)}
+                ],
+                "success": [
+                    {"request_put": {"key": key, "lease": str(new.lease), "ignore_value": True}}
+                ],
+            },
+        )
+        if not reply.get("succeeded"):
+            new.tokens.discard(token)
+            self._keys.forget(token)
+            return False
+        old.tokens.discard(token)
+        place.session = new
         return True
 
     async def _leave(self, resource: str, waiter: str) -> None:
-        await self._revoke(parse_waiter(waiter)[0])
+        await self._keys.drop(parse_waiter(waiter)[0])
 
     def _join(self, resource: str, waiter: str) -> AsyncWaiter | None:
-        # Listening costs nothing: each wait looks for the predecessor and watches
-        # from the revision it saw, so no release can slip between attempt and wait.
-        return _Waiter(self, resource, parse_waiter(waiter)[0])
+        # Listening costs nothing: the watch is opened by the attempt that was refused,
+        # from the revision it read, so no release can slip between attempt and wait.
+        return Waiter(self, parse_waiter(waiter)[0])
 
     async def _listen(self, resource: str, waiter: str) -> AsyncWaiter:
-        return _Waiter(self, resource, parse_waiter(waiter)[0])
+        return Waiter(self, parse_waiter(waiter)[0])
 
     async def _unlisten(self, resource: str, waiter: str) -> None:
         return None
 
     async def aclose(self) -> None:
-        """Close the HTTP connections (leases still held run out on the server)."""
-        await self._gateway.aclose()
+        """Close the connections. A session that holds no lock is revoked; one that
+        still holds one is renewed once and left to run out on the server, so a lock
+        still held outlives the process by at least what was left of its lease (as a
+        lease of its own would), at most its TTL; a wait still open is given up."""
+        held, waiting = self._keys.close()
+        try:
+            deletes = (self._gateway.call("kv/deleterange", {"key": b64(key)}) for key in waiting)
+            await asyncio.gather(*deletes, return_exceptions=True)
+            await self._sessions.aclose(keep=held)
+        finally:
+            await self._gateway.aclose()

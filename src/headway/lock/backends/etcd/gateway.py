@@ -18,80 +18,50 @@ from typing import Any
 
 import httpx
 
-from headway._errors import BackendUnavailable
 from headway.lock.backends.etcd.codec import EtcdError, b64
+from headway.lock.backends.etcd.transport import RETRY_CODES, Retry, Rotation
 
 __all__ = ["Gateway"]
 
-#: gRPC codes that mean "this member cannot answer now" (no leader, leader changed,
-#: request timed out): another member, or the same one a moment later, may.
-_RETRY_CODES = frozenset({4, 14})
-#: Pause after every endpoint failed once in a row, so a dead cluster is not spun on.
-_BACKOFF = 0.05
 
-
-class Gateway:
+class Gateway(Rotation):
     """Calls to one etcd cluster through the JSON gateway of any of its ``endpoints``."""
 
     def __init__(self, endpoints: Sequence[str], timeout: float) -> None:
-        if not endpoints:
-            raise ValueError("etcd needs at least one endpoint")
-        self.endpoints = [e.rstrip("/") for e in endpoints]
-        self.timeout = timeout
-        self._at = 0  # the endpoint that answered last
+        super().__init__(endpoints, timeout)
         # No pool cap: each waiting task holds one connection for its watch.
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
         self._http = httpx.AsyncClient(timeout=timeout, limits=limits)
 
     async def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST ``body`` to ``/v3/<path>`` and return the reply (``EtcdError`` if refused)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
-        failed: list[str] = []
-        while True:
-            at = self._at
-            left = deadline - loop.time()
-            if left <= 0:
-                raise BackendUnavailable(
-                    f"etcd did not answer within {self.timeout:g} s ({'; '.join(failed[-3:])})",
-                    backend="etcd",
-                )
-            try:
-                reply = await self._http.post(
-                    f"{self.endpoints[at]}/v3/{path}", json=body, timeout=left
-                )
-                data = reply.json()
-            except (httpx.HTTPError, ValueError) as exc:
-                failed.append(f"{self.endpoints[at]}: {type(exc).__name__}")
-            else:
-                if "error" not in data and "code" not in data:
-                    return dict(data.get("result", data))
-                code = int(data.get("code", 2))
-                if code not in _RETRY_CODES:
-                    raise EtcdError(code, str(data.get("message", data)))
-                failed.append(f"{self.endpoints[at]}: {data.get('message')}")
-            # Move on to the next member; after a full round, pause briefly.
-            self._at = (at + 1) % len(self.endpoints)
-            if len(failed) % len(self.endpoints) == 0:
-                await asyncio.sleep(min(_BACKOFF, max(0.0, deadline - loop.time())))
+        return await self.rotate(functools.partial(self._post, path, body))
+
+    async def _post(self, path: str, body: dict[str, Any], at: int, left: float) -> dict[str, Any]:
+        try:
+            reply = await self._http.post(
+                f"{self.endpoints[at]}/v3/{path}", json=body, timeout=left
+            )
+            data = reply.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise Retry(type(exc).__name__) from exc
+        if "error" not in data and "code" not in data:
+            return dict(data.get("result", data))
+        code = int(data.get("code", 2))
+        if code in RETRY_CODES:
+            raise Retry(str(data.get("message")))
+        raise EtcdError(code, str(data.get("message", data)))
 
     async def deleted(
         self,
         key: str,
         seen: int,
-        seconds: float,
+        seconds: float | None,
         *,
         range_end: str | None = None,
         still: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
-        """Return once ``key`` (present at revision ``seen``) is deleted, or after ``seconds``.
-
-        With ``range_end``, once any key in ``[key, range_end)`` is deleted, and
-        ``still()`` says whether what was seen at ``seen`` still holds (by default:
-        ``key`` exists). It may return early (the stream broke, the key is gone
-        already): callers look again, so an early return costs one more check, never a
-        missed release.
-        """
+        """See ``Transport.deleted``."""
         # The watch starts at the current revision, not at ``seen + 1``: etcd serves
         # a watch that starts in the past from a loop that runs every 100 ms, which
         # would be most of a handover. What happened in between is looked up instead.
@@ -105,7 +75,11 @@ class Gateway:
         with contextlib.suppress(TimeoutError, httpx.HTTPError, ValueError):
             async with asyncio.timeout(seconds):
                 timeout = httpx.Timeout(self.timeout, read=None)
-                async with self._http.stream("POST", url, json=body, timeout=timeout) as reply:
+                # A member that loses its leader ends the watch (it would see no more
+                # events): gRPC metadata "hasleader", passed on by the gateway.
+                headers = {"Grpc-Metadata-hasleader": "true"}
+                stream = self._http.stream("POST", url, json=body, timeout=timeout, headers=headers)
+                async with stream as reply:
                     async for line in reply.aiter_lines():
                         result = json.loads(line).get("result")
                         if result is None or result.get("events") or result.get("canceled"):

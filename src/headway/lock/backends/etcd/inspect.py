@@ -4,7 +4,8 @@ the time left.
 A key's value is what its request needs there (a permit's capacity; nothing for the
 others) and, when its ``Lock`` has an owner, a space and the owner (owners have no
 spaces): ``"4 worker-3"``, ``" worker-3"``. Holders' time left is their lease's
-(``lease/timetolive``), in etcd's whole seconds.
+(``lease/timetolive``), in etcd's whole seconds: a key's lease is its backend's session
+for that TTL (``session.py``), so this is the latest the lock ends if its process stops.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from headway.lock.backends.etcd.codec import NOT_FOUND, EtcdError, unb64
 from headway.lock.introspection import Holder, HolderMode, check_owner, current_owner
 
 if TYPE_CHECKING:
-    from headway.lock.backends.etcd.gateway import Gateway
+    from headway.lock.backends.etcd.transport import Transport
 
 __all__ = ["holders", "parse_value", "value"]
 
@@ -37,19 +38,19 @@ def parse_value(raw: str) -> tuple[str, str | None]:
         return needed, None
 
 
-async def _left(gateway: Gateway, lease: str) -> float | None:
+async def _left(gateway: Transport, lease: str) -> float | None:
     try:
         reply = await gateway.call("lease/timetolive", {"ID": lease})
     except EtcdError as exc:
         if exc.code != NOT_FOUND:
             raise
         return 0.0  # it ran out as we asked: its key goes with it
-    ttl = int(reply.get("TTL", -1))
+    ttl = int(reply.get("TTL", -1))  # -1: the lease is gone
     return float(ttl) if ttl >= 0 else 0.0
 
 
 async def holders(
-    gateway: Gateway, kvs: Sequence[tuple[dict[str, Any], HolderMode]]
+    gateway: Transport, kvs: Sequence[tuple[dict[str, Any], HolderMode]]
 ) -> tuple[Holder, ...]:
     """The ``Holder`` of each request key (``kv/range`` entries, values included) and
     mode, their leases asked at once."""

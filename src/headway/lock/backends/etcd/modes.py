@@ -1,40 +1,42 @@
 """Read-write locks and semaphores on etcd: the create-revision queue, weighted.
 
-Each request of a family ("rw" or "permits", ``LockMode.family``) on a resource puts
-one key, bound to a lease of its own as an exclusive acquire's is, under
-``<namespace><family>/<resource>/``: ``r/<lease id>`` for a reader, ``w/<lease id>``
-for a writer, ``p/<lease id>`` for a permit, whose value is the permits its acquire
-asked for. The queue is those keys in create-revision order, holders and waiters
-alike; a request is granted when ``modes.fits`` holds for the weights of the keys
-before it, in the family's capacity (a semaphore's: the value of the newest key, so
+Each request of a family ("rw" or "permits", ``LockMode.family``) on a resource puts one
+key, bound to its session lease as an exclusive acquire's is (``backend.py``), under
+``<namespace><family>/<resource>/``: ``r/<id>`` for a reader, ``w/<id>`` for a writer,
+``p/<id>`` for a permit, whose value is the permits its acquire asked for; ``<id>`` as
+in an exclusive lock's key. The queue is those keys in create-revision order, holders
+and waiters alike; a request is granted when ``modes.fits`` holds for the weights of the
+keys before it, in the family's capacity (a semaphore's: the value of the newest key, so
 the newest acquire's). Its fence is its key's create revision: unique, and rising in
 queue order, so a writer's exceeds every earlier holder's, a reader's every earlier
 writer's.
 
 A refused waiter watches only what it waits for: a reader the last writer before
 it, a writer the key just before it, a permit every key of the family (any delete
-may free a place: each one is looked at again). A lease that runs out deletes its
-key, so a crashed holder's place comes back on the server.
+may free a place: each one is looked at again), with one watch kept open while it
+waits. A lapse or an ended session deletes its key, so a crashed holder's place
+comes back on the server.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from headway.lock.backends.etcd.backend import (
     _WATCHED_MS,
     EtcdLockBackend,
-    _lease_id,
+    _key_id,
     _prefix_end,
 )
 from headway.lock.backends.etcd.codec import NOT_FOUND, EtcdError, b64, unb64
 from headway.lock.backends.etcd.inspect import holders, parse_value, value
-from headway.lock.contract import AsyncWaiter
+from headway.lock.backends.etcd.places import Place
 from headway.lock.driver import QueuedBackend
-from headway.lock.flow import Attempt, Try, parse_waiter
+from headway.lock.flow import Attempt, Try
 from headway.lock.introspection import HolderMode, LockState
 from headway.lock.modes import WHOLE, LockMode, fits
 
@@ -42,6 +44,7 @@ __all__ = ["EtcdModeBackend"]
 
 #: A request's key, under the family's prefix, starts with its mode's tag.
 _TAGS = {"read": "r", "write": "w", "permits": "p"}
+#: What ``inspect`` calls the holder of a key with each tag.
 _KINDS: dict[str, HolderMode] = {"r": "read", "w": "write", "p": "permits"}
 #: A key whose delete wakes permit waiters (no request's: ``_parse`` skips it).
 _NUDGE = "~"
@@ -68,82 +71,76 @@ class _Queue:
         return next((r for r in self.requests if r.revision == revision), None)
 
 
-class _Waiter:
-    """Waits for what stands between one request and its grant to go."""
-
-    def __init__(self, backend: EtcdModeBackend, resource: str, token: str) -> None:
-        self.backend, self.resource, self.token = backend, resource, token
-
-    async def wait(self, seconds: float) -> int | None:
-        backend = self.backend
-        found = backend._waits.get(self.token)
-        if found is None:
-            return None  # no place (yet): the next attempt takes one
-        key, seen = found
-        gateway = backend._gateway
-        if key:
-            await gateway.deleted(key, seen, seconds)
-        else:  # a permit: any key of the family that goes may free a place
-            prefix = backend._prefix(self.resource)
-            refused = functools.partial(backend._refused, self.resource, self.token)
-            await gateway.deleted(
-                prefix, seen, seconds, range_end=_prefix_end(prefix), still=refused
-            )
-        return None  # the next attempt looks again (the lock is never handed over)
-
-
 class EtcdModeBackend(EtcdLockBackend):
     """An ``EtcdLockBackend`` holding resources in one ``LockMode`` (``for_mode``)."""
 
     def __init__(self, backend: EtcdLockBackend, mode: LockMode) -> None:
-        # A view, not a client: the backend's connections, and its record of leases,
-        # so a lease of one view is released or extended through any other.
+        # A view, not a client: the backend's connections, sessions and places, so a
+        # lease of one view is released or extended through any other.
         QueuedBackend.__init__(self, backend.clock)
         self.namespace = backend.namespace
         self._gateway = backend._gateway
-        self._revisions = backend._revisions
-        self._moved = backend._moved
+        self._sessions = backend._sessions
+        self._keys = backend._keys
         self.mode = mode
         self._space = mode.family
-        # token -> (the key its wait watches, "" for any key of the family; the
-        # revision its last attempt saw), while it waits.
-        self._waits: dict[str, tuple[str, int]] = {}
 
     def _key(self, resource: str, token: str) -> str:
-        return f"{self._prefix(resource)}{_TAGS[self.mode.kind]}/{_lease_id(token):016x}"
+        return f"{self._prefix(resource)}{_TAGS[self.mode.kind]}/{_key_id(token):016x}"
 
-    async def _try(self, resource: str, step: Try) -> Attempt:
-        lease = self._lease(step.token)
-        mine = self._revisions.get(step.token)
-        if mine is None:
-            await self._grant(lease, step.ttl_ms)
-            key = self._key(resource, step.token)
-            queue = await self._enter(resource, key, lease)
-            found = next((r for r in queue.requests if r.key == key), None)
-            if found is not None and self.mode.kind == "permits":
-                await self._nudge(resource, queue, found, lease)
-        else:
-            # A retry: renew the place (and, if granted now, the lease from here on).
-            try:
-                alive, queue = await asyncio.gather(self._keepalive(lease), self._queue(resource))
-            except EtcdError as exc:
-                if exc.code != NOT_FOUND:  # the key was gone, and so was the lease for it
-                    raise
-                alive = False
-            found = queue.find(mine) if alive else None
-        if found is None:  # our lease ran out while we waited: queue again, at the end
-            self._forget(step.token)
-            return await self._try(resource, step)
-        self._revisions[step.token] = found.revision
+    async def _step(self, resource: str, step: Try) -> Attempt:
+        sent = self.clock()
+        until = sent + step.ttl_ms / 1000
+        place = self._keys.places.get(step.token)
+        if place is not None and not place.session.alive():
+            self._keys.forget(step.token)  # its session ended while it waited: queue again
+            place = None
+        try:
+            if place is None:
+                place = await self._place(resource, step.token, step.ttl_ms)
+                covered, queue = await asyncio.gather(
+                    place.session.cover(until), self._enter(resource, place)
+                )
+                found = next((r for r in queue.requests if r.key == place.key), None)
+                if found is not None and self.mode.kind == "permits":
+                    await self._nudge(resource, queue, found, place.session.lease)
+            else:
+                covered, queue = await asyncio.gather(
+                    place.session.cover(until), self._queue(resource)
+                )
+                found = queue.find(place.revision)
+        except EtcdError as exc:
+            if exc.code != NOT_FOUND or place is None:  # not "requested lease not found"
+                raise
+            place.session.lose()
+            found = None
+        if found is None or not covered:  # our key or its session is gone: queue again
+            self._keys.forget(step.token)
+            return await self._step(resource, step)
+        place.revision = found.revision
         watch = self._blocker(queue, found)
         if watch is None:
-            self._waits.pop(step.token, None)
+            self._keys.hold(step.token, place, sent)
             return Attempt(True, fence=found.revision)
         if not step.waiter:  # no waiting: take no place
-            await self._revoke(step.token)
+            await self._keys.drop(step.token)
         else:
-            self._waits[step.token] = (watch, queue.revision)
+            self._keys.unwatch(step.token)
+            self._keys.watch(step.token, self._watching(resource, step.token, watch, queue))
         return Attempt(False, pttl_ms=_WATCHED_MS)
+
+    def _watching(
+        self, resource: str, token: str, key: str, queue: _Queue
+    ) -> Coroutine[Any, Any, None]:
+        """The watch for what keeps ``token`` out: ``key``'s delete, or ("") any delete in
+        the family (a permit: any release may free a place) while it still does not fit."""
+        if key:
+            return self._gateway.deleted(key, queue.revision, None)
+        prefix = self._prefix(resource)
+        refused = functools.partial(self._refused, resource, token)
+        return self._gateway.deleted(
+            prefix, queue.revision, None, range_end=_prefix_end(prefix), still=refused
+        )
 
     def _blocker(self, queue: _Queue, mine: _Request) -> str | None:
         """None if ``mine`` fits behind the requests before it, else the key to watch
@@ -172,8 +169,9 @@ class EtcdModeBackend(EtcdLockBackend):
         await self._gateway.call("kv/put", put)
         await self._gateway.call("kv/deleterange", {"key": key})
 
-    async def _enter(self, resource: str, key: str, lease: int) -> _Queue:
+    async def _enter(self, resource: str, place: Place) -> _Queue:
         """Put our key (unless a lost reply's attempt did) and read the queue with it."""
+        key, lease = place.key, place.session.lease
         needed = str(self.mode.capacity) if self.mode.kind == "permits" else ""
         read = {"request_range": self._listing(resource, self.mode.kind != "permits")}
         reply = await self._gateway.call(
@@ -239,25 +237,12 @@ class EtcdModeBackend(EtcdLockBackend):
 
     async def _refused(self, resource: str, token: str) -> bool:
         """True if ``token``'s request is still in the queue and still does not fit."""
-        mine = self._revisions.get(token)
-        if mine is None:
+        place = self._keys.places.get(token)
+        if place is None:
             return False
         queue = await self._queue(resource)
-        found = queue.find(mine)
+        found = queue.find(place.revision)
         return found is not None and self._blocker(queue, found) is not None
-
-    def _forget(self, token: str) -> None:
-        super()._forget(token)
-        self._waits.pop(token, None)
-
-    def _join(self, resource: str, waiter: str) -> AsyncWaiter | None:
-        return _Waiter(self, resource, parse_waiter(waiter)[0])
-
-    async def _listen(self, resource: str, waiter: str) -> AsyncWaiter:
-        return _Waiter(self, resource, parse_waiter(waiter)[0])
-
-    async def _unlisten(self, resource: str, waiter: str) -> None:
-        self._waits.pop(parse_waiter(waiter)[0], None)
 
     async def aclose(self) -> None:
         """Nothing: a view's connections are its backend's, closed with it."""
