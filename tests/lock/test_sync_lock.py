@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -110,3 +111,25 @@ def test_sync_hold_reports_a_lost_lease_when_the_block_ends(
     assert caught.value.resource == "sync-hold"
     assert thief is not None
     lock.release(thief)  # the thief's lease was not touched by the loser
+
+
+def test_sync_interrupted_acquire_leaves_nothing_behind(
+    sync_lock_backend: SyncLockBackend,
+) -> None:
+    # SIGINT to the waiting (main) thread: KeyboardInterrupt, as Ctrl-C raises it there.
+    lock = SyncLock(sync_lock_backend, "sync-interrupted", ttl=30)
+    holder = lock.acquire(timeout=0)
+    main = threading.main_thread().ident
+    assert main == threading.get_ident()
+    interrupter = threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT))
+    interrupter.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            lock.acquire(timeout=10)
+    finally:
+        interrupter.cancel()
+    assert time.monotonic() - started < 5  # interrupted, not timed out
+    lock.release(holder)
+    # The interrupted waiter left its place: a request that does not wait is granted.
+    lock.release(lock.acquire(timeout=0))
