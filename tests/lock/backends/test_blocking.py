@@ -128,6 +128,7 @@ def _in_child(twin: BlockingLockBackend) -> str:
     pid = os.fork()
     if pid == 0:  # the child: report and leave without running the parent's cleanup
         os.close(read)
+        signal.alarm(10)  # a child that hangs dies: the parent reads no outcome
         try:
             twin.release(twin.acquire("forked", 30, 0))
             outcome = "ok"
