@@ -39,8 +39,9 @@ class SyncPostgresLockBackend(BlockingModalLockBackend):
 
     The twin makes its async engine from ``url`` (an async driver:
     ``postgresql+asyncpg://...``) and disposes of it in ``close()``. Each waiting or
-    held lease occupies one connection of its pool: size it with ``engine_options``
-    (``pool_size``, ``max_overflow``). Offers every mode, as the async backend.
+    held lease occupies one connection of its pool: size it with the other keyword
+    arguments, which go to ``create_async_engine`` (``pool_size``, ``max_overflow``).
+    Offers every mode, as the async backend.
 
     Args:
         url: The database URL, with an async driver (``postgresql+asyncpg``).
@@ -48,7 +49,6 @@ class SyncPostgresLockBackend(BlockingModalLockBackend):
             default 2.0.
         clock: The monotonic clock of lease deadlines; default None:
             ``time.monotonic``.
-        **engine_options: Passed to ``create_async_engine``.
 
     Raises:
         ValueError: ``url`` is not PostgreSQL's with an installed async driver, or a
@@ -102,6 +102,8 @@ class SyncPostgresLockBackend(BlockingModalLockBackend):
 class SyncRedlockBackend(BlockingLockBackend):
     """``RedlockBackend`` for threads: locks on a majority of N independent Redis servers.
 
+    Other keyword arguments go to each ``redis.asyncio.Redis.from_url``.
+
     Args:
         urls: One ``redis://`` URL per independent server.
         node_timeout: Bounds each request to one node, in seconds (> 0); default 0.05.
@@ -112,7 +114,6 @@ class SyncRedlockBackend(BlockingLockBackend):
         fencing: Count a fencing token on the nodes; default True.
         clock: The monotonic clock of rounds and lease validity; default None:
             ``time.monotonic``.
-        **options: Passed to each ``redis.asyncio.Redis.from_url``.
 
     Raises:
         ValueError: As ``RedlockBackend.from_urls``.
@@ -142,8 +143,8 @@ class SyncRedlockBackend(BlockingLockBackend):
         """The constructor under the async backend's name for it.
 
         Args:
-            urls: One ``redis://`` URL per independent server.
-            **options: The constructor's other arguments.
+            urls: One ``redis://`` URL per independent server; other keyword arguments
+                are the constructor's.
         """
         return cls(urls, **options)
 
@@ -186,7 +187,8 @@ class SyncZooKeeperLockBackend(BlockingModalLockBackend):
     """``ZooKeeperLockBackend`` for threads: locks on a ZooKeeper ensemble, one session.
 
     The session is the lease; ``close()`` ends it (the server deletes its nodes at once).
-    Offers every mode, as the async backend.
+    Other keyword arguments go to ``KazooClient`` (``auth_data``, ...). Offers every
+    mode, as the async backend.
 
     Args:
         hosts: Kazoo's connection string (``"zk1:2181,zk2:2181/chroot"``); default
@@ -197,7 +199,6 @@ class SyncZooKeeperLockBackend(BlockingModalLockBackend):
         prefix: The absolute path every lock lives under; default ``"/headway/locks"``.
         clock: The monotonic clock of lease deadlines and waits; default None:
             ``time.monotonic``.
-        **options: Passed to ``KazooClient`` (``auth_data``, ...).
 
     Raises:
         ValueError: A bad ``prefix``, ``session_timeout`` or ``timeout``.
