@@ -265,7 +265,7 @@ def test_semaphore_counted_exactly(
     sync_modal_backend: SyncModalLockBackend, pool: ThreadPoolExecutor
 ) -> None:
     semaphore = SyncSemaphore(sync_modal_backend, "counted", permits=3, ttl=10, timeout=30)
-    guard = threading.Lock()
+    guard = threading.Condition()
     inside = most = entered = 0
 
     def worker() -> None:
@@ -276,6 +276,10 @@ def test_semaphore_counted_exactly(
                     inside += 1
                     entered += 1
                     most = max(most, inside)
+                    guard.notify_all()
+                    # Until three are inside at once, holders stay: on a slow backend
+                    # (etcd) a 2 ms section alone ended before the third was granted.
+                    guard.wait_for(lambda: most == 3, timeout=WAIT)
                 time.sleep(0.002)
                 with guard:
                     inside -= 1
