@@ -279,7 +279,7 @@ def test_semaphore_counted_exactly(
                     guard.notify_all()
                     # Until three are inside at once, holders stay: on a slow backend
                     # (etcd) a 2 ms section alone ended before the third was granted.
-                    guard.wait_for(lambda: most == 3, timeout=WAIT)
+                    guard.wait_for(lambda: most == 3, timeout=WAIT)  # noqa: B023 - the shared count
                 time.sleep(0.002)
                 with guard:
                     inside -= 1
