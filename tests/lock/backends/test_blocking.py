@@ -16,6 +16,7 @@ import threading
 import pytest
 
 from headway import (
+    BackendUnavailable,
     Lease,
     LockNotAcquired,
     LockNotOwned,
@@ -91,8 +92,10 @@ def test_errors_pass_unchanged_and_a_closed_twin_refuses() -> None:
     rw.read.release(rw.read.acquire())
     twin.close()
     twin.close()  # closing twice is harmless
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(BackendUnavailable, match="closed"):
         lock.acquire(timeout=0)
+    with pytest.raises(BackendUnavailable, match="closed"):
+        twin.release(lease)
     assert not [t for t in threading.enumerate() if t.name == "headway-memory"]
 
 

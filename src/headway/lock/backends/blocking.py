@@ -15,8 +15,8 @@ tens of microseconds per call over the async backend (``benchmarks/README.md``).
   one. A backend wrapped here must not be used elsewhere.
 - **Errors pass unchanged**: ``LockNotAcquired``, ``LockNotOwned``,
   ``BackendUnavailable``, ``ValueError``, ``TypeError`` come out as the async backend
-  raised them. A call still running when ``close`` stops the loop raises
-  ``RuntimeError``.
+  raised them. A call made after ``close``, or still running when it stops the loop,
+  raises ``BackendUnavailable`` (the store can no longer be reached through it).
 - **An interrupted call leaves nothing behind.** If the waiting thread is interrupted
   (``KeyboardInterrupt``), the task is cancelled and the thread waits until it has
   ended: the async backend's cancellation rules apply (an acquire leaves no place in
@@ -41,6 +41,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from headway._errors import BackendUnavailable
 from headway.lock.contract import LockBackend, ModalLockBackend, SyncLockBackend
 from headway.lock.lease import Lease
 from headway.lock.modes import LockMode, ModeKind
@@ -53,8 +54,9 @@ T = TypeVar("T")
 class _Call(Generic[T]):
     """One coroutine sent to the loop; ``done`` is set once it has ended, however."""
 
-    def __init__(self, coroutine: Coroutine[Any, Any, T]) -> None:
+    def __init__(self, coroutine: Coroutine[Any, Any, T], backend: str) -> None:
         self.coroutine = coroutine
+        self.backend = backend
         self.task: asyncio.Task[T] | None = None
         self.done = threading.Event()
         self.returned = False
@@ -71,7 +73,9 @@ class _Call(Generic[T]):
 
     def _finished(self, task: asyncio.Task[T]) -> None:
         if task.cancelled():
-            self.error = RuntimeError("the lock backend was closed while the call ran")
+            self.error = BackendUnavailable(
+                "the lock backend was closed while the call ran", backend=self.backend
+            )
         elif (error := task.exception()) is not None:
             self.error = error
         else:
@@ -107,7 +111,9 @@ class PrivateLoop:
     def _started(self) -> asyncio.AbstractEventLoop:
         with self._guard:
             if self._closed:
-                raise RuntimeError(f"the {self.name} lock backend is closed")
+                raise BackendUnavailable(
+                    f"the {self.name} lock backend is closed", backend=self.name
+                )
             running = self._running = self._running or self._start()
             if running.pid != os.getpid():
                 raise RuntimeError(
@@ -162,7 +168,7 @@ class PrivateLoop:
         except BaseException:
             coroutine.close()
             raise
-        return _wait(loop, coroutine, undo)
+        return _wait(loop, coroutine, self.name, undo)
 
     def close(self, last: Coroutine[Any, Any, object]) -> None:
         """Run ``last`` on the loop (its errors pass), then stop the loop and its thread.
@@ -182,7 +188,7 @@ class PrivateLoop:
             last.close()
             return
         try:
-            _wait(running.loop, last)
+            _wait(running.loop, last, self.name)
         finally:
             running.loop.call_soon_threadsafe(running.stop.set)
             running.thread.join()
@@ -191,10 +197,11 @@ class PrivateLoop:
 def _wait(
     loop: asyncio.AbstractEventLoop,
     coroutine: Coroutine[Any, Any, T],
+    backend: str,
     undo: Callable[[T], Coroutine[Any, Any, object]] | None = None,
 ) -> T:
     """Run ``coroutine`` on ``loop`` (another thread's) and wait: ``PrivateLoop.run``."""
-    call = _Call(coroutine)
+    call = _Call(coroutine, backend)
     try:
         loop.call_soon_threadsafe(call.start)
         call.done.wait()
@@ -203,7 +210,7 @@ def _wait(
         loop.call_soon_threadsafe(call.cancel)
         call.done.wait()
         if call.returned and undo is not None:
-            _wait(loop, undo(call.result))  # type: ignore[arg-type]
+            _wait(loop, undo(call.result), backend)  # type: ignore[arg-type]
         raise
     return call.outcome()
 
