@@ -4,8 +4,9 @@
 turns any ``LockBackend`` into a ``SyncLockBackend``: each call is sent, as a task, to
 an event loop of its own in a daemon thread (started on first use, stopped by
 ``close``) and the calling thread waits for its outcome. One flow, one set of
-server scripts and statements: the sync twin is only this shell, measured at a few
-tens of microseconds per call over the async backend (``benchmarks/README.md``).
+server scripts and statements: the sync twin is only this shell, two thread hand-offs
+a call (~25-110 µs on a loaded 2-core VM, within a round trip's noise;
+``benchmarks/README.md``).
 
 - **Made here, used there.** The async backend is built in the caller's thread (so a
   bad argument is refused at once) and does its first I/O on the private loop: its
