@@ -11,6 +11,9 @@ write, while the row is locked, so the log is the exact commit order, and the
 test replays it: each write accepted if and only if its token was not older than the last
 accepted one, each read saw the latest value, and the workers' own records
 agree with the log.
+
+The sync shells run the same test (``sync_safety_worker.py``: ``SyncLock`` from each
+worker's main thread), shorter: one pause, after the grant.
 """
 
 from __future__ import annotations
