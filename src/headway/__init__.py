@@ -49,6 +49,12 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.lock.backends.redis.backend import RedisLockBackend
     from headway.lock.backends.redis.sync_backend import SyncRedisLockBackend
     from headway.lock.backends.redlock import RedlockBackend
+    from headway.lock.backends.sync_twins import (
+        SyncEtcdLockBackend,
+        SyncPostgresLockBackend,
+        SyncRedlockBackend,
+        SyncZooKeeperLockBackend,
+    )
     from headway.lock.backends.zookeeper.backend import ZooKeeperLockBackend
     from headway.lock.contract import (
         LockBackend,
@@ -167,6 +173,12 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway.lock.backends.redis.backend": ("RedisLockBackend",),
     "headway.lock.backends.redis.sync_backend": ("SyncRedisLockBackend",),
     "headway.lock.backends.redlock": ("RedlockBackend",),
+    "headway.lock.backends.sync_twins": (
+        "SyncEtcdLockBackend",
+        "SyncPostgresLockBackend",
+        "SyncRedlockBackend",
+        "SyncZooKeeperLockBackend",
+    ),
     "headway.lock.contract": (
         "LockBackend",
         "ModalLockBackend",
@@ -368,6 +380,7 @@ __all__ = [
     "SyncConcurrencyBackend",
     "SyncConcurrencyLimiter",
     "SyncElection",
+    "SyncEtcdLockBackend",
     "SyncInspectableLockBackend",
     "SyncLeadership",
     "SyncLeasingBackend",
@@ -378,14 +391,17 @@ __all__ = [
     "SyncModalLockBackend",
     "SyncMultiLock",
     "SyncMySQLLockBackend",
+    "SyncPostgresLockBackend",
     "SyncRateLimitBackend",
     "SyncRateLimiter",
     "SyncReadWriteLock",
     "SyncRedisLockBackend",
     "SyncRedisRateLimitBackend",
+    "SyncRedlockBackend",
     "SyncReservingBackend",
     "SyncSemaphore",
     "SyncWindowClaimBackend",
+    "SyncZooKeeperLockBackend",
     "TokenBucket",
     "WebSocketRateLimitMiddleware",
     "WebSocketRule",

@@ -26,6 +26,12 @@ from headway import EtcdLockBackend, MemoryLockBackend, RedisLockBackend, SyncRe
 from headway.lock.backends.mysql import MySQLLockBackend, SyncMySQLLockBackend
 from headway.lock.backends.postgres import PostgresLockBackend
 from headway.lock.backends.redlock import RedlockBackend
+from headway.lock.backends.sync_twins import (
+    SyncEtcdLockBackend,
+    SyncPostgresLockBackend,
+    SyncRedlockBackend,
+    SyncZooKeeperLockBackend,
+)
 from headway.lock.contract import (
     LockBackend,
     ModalLockBackend,
@@ -248,6 +254,49 @@ def _sync_mysql(request: pytest.FixtureRequest) -> Iterator[SyncLockBackend]:
         engine.dispose()
 
 
+@contextlib.contextmanager
+def _sync_postgres(request: pytest.FixtureRequest) -> Iterator[SyncModalLockBackend]:
+    backend = SyncPostgresLockBackend(request.getfixturevalue("postgres_url"), pool_size=16)
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+@contextlib.contextmanager
+def _sync_redlock(request: pytest.FixtureRequest) -> Iterator[SyncLockBackend]:
+    urls = request.getfixturevalue("redlock_urls")
+    for url in urls:
+        with redis.Redis.from_url(url) as node:
+            node.flushall()
+    backend = SyncRedlockBackend.from_urls(urls, node_timeout=0.25, retry_delay=(0.001, 0.01))
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+@contextlib.contextmanager
+def _sync_etcd(request: pytest.FixtureRequest) -> Iterator[SyncModalLockBackend]:
+    namespace = f"headway-test/{uuid.uuid4().hex}/"
+    backend = SyncEtcdLockBackend(request.getfixturevalue("etcd_url"), namespace=namespace)
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+@contextlib.contextmanager
+def _sync_zookeeper(request: pytest.FixtureRequest) -> Iterator[SyncModalLockBackend]:
+    hosts = request.getfixturevalue("zookeeper_hosts")
+    prefix = f"/headway-test/{uuid.uuid4().hex}"
+    backend = SyncZooKeeperLockBackend(hosts, session_timeout=30.0, prefix=prefix)
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
 #: name -> entry, for ``SyncLock``. A new sync backend is one entry here.
 SYNC_LOCK_BACKENDS: dict[str, Entry] = {
     # headway's own sockets, with riding (a thread asking for a lock another holds)
@@ -262,6 +311,11 @@ SYNC_LOCK_BACKENDS: dict[str, Entry] = {
             "lease is held on the server for 1 s",
         },
     ),
+    # The async backends on a private event loop (``blocking``): their own lacks.
+    "postgres": Entry(_sync_postgres, lacks=LOCK_BACKENDS["postgres"].lacks),
+    "redlock": Entry(_sync_redlock, lacks=LOCK_BACKENDS["redlock"].lacks),
+    "etcd": Entry(_sync_etcd, lacks=LOCK_BACKENDS["etcd"].lacks),
+    "zookeeper": Entry(_sync_zookeeper, lacks=LOCK_BACKENDS["zookeeper"].lacks),
 }
 
 
@@ -286,6 +340,9 @@ SYNC_MODAL_BACKENDS: dict[str, Entry] = {
     "redis": Entry(lambda request: _sync_redis(request, own_connection=True)),
     # every call through redis-py: releases carry a call id (redis-py may send them twice)
     "redis-py": Entry(lambda request: _sync_redis(request, own_connection=False)),
+    "postgres": Entry(_sync_postgres),
+    "etcd": Entry(_sync_etcd, lacks={"short_ttl": LOCK_BACKENDS["etcd"].lacks["short_ttl"]}),
+    "zookeeper": Entry(_sync_zookeeper),
 }
 
 _TABLES: Mapping[str, Mapping[str, Entry]] = {

@@ -70,6 +70,8 @@ def service_urls(
     urls = {"HEADWAY_TEST_REDIS_URL": redis_url, "HEADWAY_TEST_DATABASE_URL": postgres_url}
     if backend == "etcd":
         urls["HEADWAY_TEST_ETCD_URL"] = request.getfixturevalue("etcd_url")
+    if backend == "redlock":
+        urls["HEADWAY_TEST_REDLOCK_URLS"] = ",".join(request.getfixturevalue("redlock_urls"))
     if backend == "mysql":
         urls["HEADWAY_TEST_MYSQL_URL"] = request.getfixturevalue("mysql_url")
     if backend == "zookeeper":

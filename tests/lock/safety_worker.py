@@ -131,10 +131,25 @@ def make_backend(
     return postgres, postgres.aclose
 
 
+async def section(engine: AsyncEngine, table: str, worker: int, fence: int, parent: Parent) -> bool:
+    """Increment the register with ``fence`` and log the attempt; True if it was accepted."""
+    _, register, log = tables(table)
+    async with engine.begin() as conn:
+        # FOR UPDATE: the read and the write are one step, so a stale holder
+        # cannot read before a newer holder writes and then write after it.
+        query = sa.select(register.c.value).where(register.c.id == 1).with_for_update()
+        value = (await conn.execute(query)).scalar_one()
+        parent.ask(f"read {fence}")
+        accepted = await fenced_update(conn, register, {"id": 1}, {"value": value + 1}, fence=fence)
+        await conn.execute(
+            sa.insert(log).values(worker=worker, fence=fence, accepted=accepted, value_before=value)
+        )
+    return accepted
+
+
 async def run(
     backend_name: str, worker: int, table: str, resource: str, ttl: float, parent: Parent
 ) -> None:
-    _, register, log = tables(table)
     engine = create_async_engine(os.environ["HEADWAY_TEST_DATABASE_URL"], pool_size=3)
     client = aioredis.Redis.from_url(os.environ["HEADWAY_TEST_REDIS_URL"])
     backend, close = make_backend(backend_name, engine, client)
@@ -150,20 +165,7 @@ async def run(
         while True:
             lease = await lock.acquire()
             last = parent.ask(f"held {lease.fence}") == "last"
-            async with engine.begin() as conn:
-                # FOR UPDATE: the read and the write are one step, so a stale holder
-                # cannot read before a newer holder writes and then write after it.
-                query = sa.select(register.c.value).where(register.c.id == 1).with_for_update()
-                value = (await conn.execute(query)).scalar_one()
-                parent.ask(f"read {lease.fence}")
-                accepted = await fenced_update(
-                    conn, register, {"id": 1}, {"value": value + 1}, fence=lease.fence
-                )
-                await conn.execute(
-                    sa.insert(log).values(
-                        worker=worker, fence=lease.fence, accepted=accepted, value_before=value
-                    )
-                )
+            accepted = await section(engine, table, worker, lease.fence, parent)
             outcomes.append((lease.fence, accepted))
             try:
                 await lock.release(lease)

@@ -11,6 +11,9 @@ write, while the row is locked, so the log is the exact commit order, and the
 test replays it: each write accepted if and only if its token was not older than the last
 accepted one, each read saw the latest value, and the workers' own records
 agree with the log.
+
+The sync shells run the same test (``sync_safety_worker.py``: ``SyncLock`` from each
+worker's main thread), shorter: one pause, after the grant.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from tests.lock.safety_harness import (
     spawn,
 )
 from tests.lock.safety_worker import tables
+from tests.lock.sync_safety_worker import SYNC_BACKENDS
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.redis, pytest.mark.postgres]
 
@@ -46,6 +50,8 @@ WORKERS = 8
 TTL = 0.6
 #: Where each pause lands: after the grant ("held") or after the read ("read").
 SCHEDULE = ("held", "read", "held", "held", "read", "held")
+#: The sync shells' runs, kept short: one pause, after the grant (the lease runs out).
+SYNC_SCHEDULE = ("held",)
 #: Sections begun (by anyone) between two pauses, and by each worker after the last one.
 GAP, TAIL = 6, 2
 BUDGET = 150.0
@@ -102,19 +108,33 @@ class Run(Crowd):
 async def run_workers(
     backend: str, urls: dict[str, str], table: str, resource: str, log: Path
 ) -> Run:
-    run = Run(WORKERS, pause=PAUSES.get(backend, PAUSE))
+    server = backend.removeprefix("sync-")
+    schedule = SYNC_SCHEDULE if backend in SYNC_BACKENDS else SCHEDULE
+    run = Run(WORKERS, pause=PAUSES.get(server, PAUSE), todo=list(schedule))
+    module = (
+        "tests.lock.sync_safety_worker" if backend in SYNC_BACKENDS else "tests.lock.safety_worker"
+    )
     args = [backend, str(WORKERS), table, resource, str(TTL)]
     await spawn(
-        "tests.lock.safety_worker", args, urls, log, run.serve, run, BUDGET,
-        lambda: f"paused {run.paused}",
+        module, args, urls, log, run.serve, run, BUDGET, lambda: f"paused {run.paused}",
     )  # fmt: skip
-    assert len(run.paused) == len(SCHEDULE), run.paused
+    assert len(run.paused) == len(schedule), run.paused
     return run
 
 
 @pytest.mark.parametrize(
     "backend",
-    ["redis", "postgres", "etcd", "zookeeper", pytest.param("mysql", marks=pytest.mark.mysql)],
+    [
+        "redis",
+        "postgres",
+        "etcd",
+        "zookeeper",
+        pytest.param("mysql", marks=pytest.mark.mysql),
+        *(
+            pytest.param(name, marks=pytest.mark.mysql) if name == "sync-mysql" else name
+            for name in SYNC_BACKENDS
+        ),
+    ],
 )
 async def test_paused_holders_cannot_corrupt_the_register(
     backend: str,
@@ -131,7 +151,7 @@ async def test_paused_holders_cannot_corrupt_the_register(
         await conn.execute(sa.insert(register).values(id=1, value=0, fence=0))
     resource = f"safety-{uuid.uuid4().hex}"
     try:
-        urls = service_urls(backend, redis_url, postgres_url, request)
+        urls = service_urls(backend.removeprefix("sync-"), redis_url, postgres_url, request)
         run = await run_workers(backend, urls, table, resource, tmp_path / "workers.err")
         async with engine.connect() as conn:
             history = (await conn.execute(sa.select(log).order_by(log.c.seq))).all()

@@ -3,6 +3,7 @@ with threads."""
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -13,6 +14,7 @@ import pytest
 
 from headway import Lease, LockNotAcquired, LockNotOwned, SyncLock
 from headway.lock import flow
+from headway.lock.backends.blocking import BlockingLockBackend
 from headway.lock.contract import SyncModalLockBackend
 from headway.lock.shared import SyncReadWriteLock, SyncSemaphore
 
@@ -33,8 +35,17 @@ def woken_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def queued(pool: ThreadPoolExecutor, lock: SyncLock, start: Callable[[], Lease]) -> Future[Lease]:
     """Start ``start()`` in a thread and return once its request holds a place in line
-    (its first attempt, refused, queued it)."""
+    (its first attempt, refused, queued it).
+
+    Sync queued backends are watched through the driver's ``_attempt``; a twin over an
+    async backend (``BlockingLockBackend``) through its async backend's ``_attempt``, or
+    else (a server that keeps the line) its ``waiting(resource)``, which must rise.
+    """
     backend: Any = lock.backend
+    if isinstance(backend, BlockingLockBackend):
+        if not hasattr(backend.backend, "_attempt"):
+            return _queued_by_count(pool, lock, start)
+        return _queued_on_loop(pool, backend, start)
     refused = threading.Event()
     original = backend._attempt
     # Only the new request's thread counts: a waiter queued earlier retries too.
@@ -56,12 +67,67 @@ def queued(pool: ThreadPoolExecutor, lock: SyncLock, start: Callable[[], Lease])
     backend._attempt = watched
     try:
         future = pool.submit(marked)
-        deadline = time.monotonic() + WAIT
-        while not refused.wait(0.01):
-            assert not future.done(), "the request was answered instead of queued"
-            assert time.monotonic() < deadline, "the request never queued"
+        _wait_for(refused, future)
     finally:
         backend._attempt = original
+    return future
+
+
+def _wait_for(refused: threading.Event, future: Future[Lease]) -> None:
+    deadline = time.monotonic() + WAIT
+    while not refused.wait(0.01):
+        assert not future.done(), "the request was answered instead of queued"
+        assert time.monotonic() < deadline, "the request never queued"
+    assert not future.done()
+
+
+def _queued_on_loop(
+    pool: ThreadPoolExecutor, twin: BlockingLockBackend, start: Callable[[], Lease]
+) -> Future[Lease]:
+    # The attempts run on the twin's loop, in a copy of the calling thread's context.
+    inner: Any = twin.backend
+    refused = threading.Event()
+    original = inner._attempt
+    ours = contextvars.ContextVar("ours", default=False)
+
+    async def watched(*args: Any) -> Any:
+        attempt = await original(*args)
+        if not attempt.granted and ours.get():
+            refused.set()
+        return attempt
+
+    def marked() -> Lease:
+        ours.set(True)
+        try:
+            return start()
+        finally:
+            ours.set(False)
+
+    inner._attempt = watched
+    try:
+        future = pool.submit(marked)
+        _wait_for(refused, future)
+    finally:
+        inner._attempt = original
+    return future
+
+
+def _queued_by_count(
+    pool: ThreadPoolExecutor, lock: SyncLock, start: Callable[[], Lease]
+) -> Future[Lease]:
+    # The line is server state, with no event to wait for: polled.
+    twin: Any = lock.backend
+
+    def waiting() -> int:
+        return int(twin._loop.run(twin.backend.waiting(lock.resource)))
+
+    before = waiting()
+    future = pool.submit(start)
+    deadline = time.monotonic() + WAIT
+    while waiting() <= before:
+        assert not future.done(), "the request was answered instead of queued"
+        assert time.monotonic() < deadline, "the request never queued"
+        time.sleep(0.005)
     assert not future.done()
     return future
 
@@ -199,7 +265,7 @@ def test_semaphore_counted_exactly(
     sync_modal_backend: SyncModalLockBackend, pool: ThreadPoolExecutor
 ) -> None:
     semaphore = SyncSemaphore(sync_modal_backend, "counted", permits=3, ttl=10, timeout=30)
-    guard = threading.Lock()
+    guard = threading.Condition()
     inside = most = entered = 0
 
     def worker() -> None:
@@ -210,6 +276,10 @@ def test_semaphore_counted_exactly(
                     inside += 1
                     entered += 1
                     most = max(most, inside)
+                    guard.notify_all()
+                    # Until three are inside at once, holders stay: on a slow backend
+                    # (etcd) a 2 ms section alone ended before the third was granted.
+                    guard.wait_for(lambda: most == 3, timeout=WAIT)  # noqa: B023 - the shared count
                 time.sleep(0.002)
                 with guard:
                     inside -= 1
