@@ -19,6 +19,7 @@ from redis.exceptions import ResponseError
 from headway._clock import within
 from headway._redis.errors import UNAVAILABLE
 from headway.lock.backends.redis.keys import text
+from headway.lock.driver import run_to_end
 from headway.lock.flow import Wake, parse_wake
 
 __all__ = ["Waker"]
@@ -124,6 +125,12 @@ class Waker:
         ):
             return
         del self._channels[channel]
+        # In a task of its own, finished even if our caller is cancelled: redis-py's
+        # unsubscribe can swallow a cancellation (the driver notices, see ``_cancels``),
+        # and one cut short would leave the connection subscribed to a dropped channel.
+        await run_to_end(self._unsubscribe(channel))
+
+    async def _unsubscribe(self, channel: str) -> None:
         with contextlib.suppress(*UNAVAILABLE):
             async with self._commands:
                 await getattr(self._pubsub, self._unsubscribe_command)(channel)
