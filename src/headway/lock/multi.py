@@ -19,7 +19,7 @@ from headway._errors import BackendUnavailable, LockLost, LockNotAcquired, LockN
 from headway.lock.contract import LockBackend, SyncLockBackend
 from headway.lock.lease import Lease, check_timeout, check_ttl
 from headway.lock.lock import _check_hold
-from headway.lock.renewal import Renewal
+from headway.lock.renewal import Renewal, fresh_sync
 
 __all__ = ["MultiLock", "SyncMultiLock"]
 
@@ -196,22 +196,27 @@ class MultiLock:
 
         Raises:
             LockNotAcquired: Some lock was not free within ``timeout``; none is held.
-            LockLost: A lease could not be kept; the block was cancelled.
+            LockLost: A lease could not be kept: it lapsed before the block began (as
+                for ``Lock.hold()``; none is held then), or the block was cancelled.
             BackendUnavailable: The backend did not answer the acquire.
             ValueError: A bad ``timeout``, ``renew_every`` or ``max_hold``.
         """
         interval = _check_hold(self.ttl, renew_every, max_hold)
-        leases = await self.acquire(timeout=timeout)
+        leases = list(await self.acquire(timeout=timeout))
         async with contextlib.AsyncExitStack() as stack:
-            for lease in reversed(leases):
+            for i in reversed(range(len(leases))):
                 # Pushed last-name first, so released (exited) first-name first.
                 renewal = Renewal(
-                    lease, self.backend.extend, ttl=self.ttl, interval=interval,
+                    leases[i], self.backend.extend, ttl=self.ttl, interval=interval,
                     clock=self.clock, max_hold=max_hold, release=self.backend.release,
                 )  # fmt: skip
+                try:
+                    leases[i] = await renewal.begin()  # renewed first if it runs low
+                except BaseException:
+                    await self._release_quietly(leases[:i])  # the ones not begun yet
+                    raise
                 stack.push_async_exit(renewal.__aexit__)
-                renewal.start()
-            yield leases
+            yield tuple(leases)
 
 
 class SyncMultiLock:
@@ -285,13 +290,16 @@ class SyncMultiLock:
                     except LockNotOwned as exc:
                         raise _lapsed(exc, name) from exc
         except BaseException:
-            for lease in held:
-                try:
-                    backend.release(lease)
-                except (LockNotOwned, BackendUnavailable) as exc:
-                    log.warning("releasing %r after a failed acquire: %s", lease.resource, exc)
+            self._release_quietly(held)
             raise
         return tuple(held)
+
+    def _release_quietly(self, leases: Iterable[Lease]) -> None:
+        for lease in leases:
+            try:
+                self.backend.release(lease)
+            except (LockNotOwned, BackendUnavailable) as exc:
+                log.warning("releasing %r after a failed acquire: %s", lease.resource, exc)
 
     def release(self, leases: Iterable[Lease]) -> None:
         """As ``MultiLock.release``, blocking.
@@ -329,12 +337,21 @@ class SyncMultiLock:
 
         Raises:
             LockNotAcquired: Some lock was not free within ``timeout``; none is held.
-            LockLost: A lease could not be kept; raised when the block ends.
+            LockLost: A lease could not be kept: it lapsed before the block began
+                (none is held then), or while it ran, raised when the block ends.
             BackendUnavailable: The backend did not answer the acquire.
             ValueError: A bad ``timeout`` or ``renew_every``.
         """
         interval = _check_hold(self.ttl, renew_every, None)
         leases = self.acquire(timeout=timeout)
+        try:
+            leases = tuple(
+                fresh_sync(lease, self.backend.extend, ttl=self.ttl, interval=interval)
+                for lease in leases
+            )
+        except BaseException:
+            self._release_quietly(leases)
+            raise
         done = threading.Event()
         lost: list[LockNotOwned | BackendUnavailable] = []
 
