@@ -193,8 +193,9 @@ async def _until_queued(lock: Lock, request: pytest.FixtureRequest) -> None:
             await asyncio.sleep(0.001)
 
 
-#: Hand-over races per backend: a cancellation 0 to 11 loop turns after the release.
-HANDOVER_RACES = 24
+#: Hand-over races per backend: a cancellation 0 to 23 loop turns after the release
+#: began, then 0 to 23 after it returned.
+HANDOVER_RACES = [(turns, False) for turns in range(24)] + [(t, True) for t in range(24)]
 
 
 async def test_a_waiter_cancelled_as_the_lock_is_handed_over_gets_no_lease(
@@ -205,11 +206,13 @@ async def test_a_waiter_cancelled_as_the_lock_is_handed_over_gets_no_lease(
     holder = Lock(lock_backend, "handed", ttl=10)
     waiter_lock = Lock(lock_backend, "handed", ttl=10)
     cancelled = leases_returned = 0
-    for turns in (i % 12 for i in range(HANDOVER_RACES)):
+    for turns, released in HANDOVER_RACES:
         held = await holder.acquire(timeout=5)
         waiter = asyncio.create_task(waiter_lock.acquire(timeout=5))
         await _until_queued(holder, request)
-        await holder.release(held)
+        releasing = asyncio.create_task(holder.release(held))
+        if released:
+            await releasing
         for _ in range(turns):
             await asyncio.sleep(0)
         if waiter.cancel():
@@ -223,6 +226,7 @@ async def test_a_waiter_cancelled_as_the_lock_is_handed_over_gets_no_lease(
                 await waiter_lock.release(lease)
         else:
             await waiter_lock.release(waiter.result())
+        await releasing
         # Nothing left behind: no grant, no place in the line (one attempt gets it).
         await holder.release(await holder.acquire(timeout=0))
     assert leases_returned == 0, f"{leases_returned} of {cancelled} cancelled acquires got a lease"
