@@ -1,13 +1,14 @@
 """A record taken over by another worker: the first handler is cancelled, its write refused."""
 
 import asyncio
+import dataclasses
 
 import httpx
 import pytest
 import sqlalchemy as sa
 from redis import asyncio as aioredis
 
-from headway import LockLost, MemoryLockBackend, RecordStore, RedisLockBackend
+from headway import Lease, LockLost, MemoryLockBackend, RecordStore, RedisLockBackend
 from headway.idempotency.claim import claim_record
 from headway.idempotency.record import ClaimOutcome
 from headway.idempotency.table import db_now, records
@@ -92,3 +93,37 @@ async def test_without_the_lock_the_record_lease_alone_is_renewed(store: RecordS
     assert duplicate.status_code == 409  # the record's lease was still live
     assert done.status_code == 201
     assert len(bank.charges) == 1
+
+
+class LapsedOnArrival(MemoryLockBackend):
+    """Its grants arrive nearly spent and already lapsed: as a lock handed over after a
+    long wait whose holder was then paused past its TTL."""
+
+    async def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
+        lease = await super().acquire(resource, ttl, timeout)
+        await self.release(lease)  # the store let it go meanwhile
+        return dataclasses.replace(lease, deadline=lease.deadline - 0.95 * ttl)
+
+
+async def test_a_lease_lapsed_before_the_work_starts_gives_the_record_back(
+    store: RecordStore,
+) -> None:
+    bank = Bank()
+    app = make_app(bank, store=store, lock_backend=LapsedOnArrival(), lease_ttl=30)
+    async with connect(app) as client:
+        lost = await pay(client, "k")  # the watchdog's first renewal is refused
+        assert lost.status_code == 503
+        assert lost.json()["type"].endswith("/idempotency-lease-lost")
+        assert bank.charges == []  # the work never ran
+        # The record was given back, not left in flight for the lease's 30 s: a retry
+        # claims it again (409 otherwise), and, its lock lapsed on arrival too, ends alike.
+        retried = await pay(client, "k")
+    assert retried.status_code == 503
+    assert await record_count(store) == 0
+
+
+async def record_count(store: RecordStore) -> int:
+    async with store.engine.connect() as conn:
+        return int(
+            (await conn.execute(sa.select(sa.func.count()).select_from(records))).scalar_one()
+        )

@@ -3,25 +3,18 @@ resign, a lost lease reported when the block ends; ``leader()`` and ``observe()`
 
 from __future__ import annotations
 
-import asyncio
 import threading
-from collections.abc import Coroutine, Iterator
-from typing import Any, TypeVar
 
 import pytest
 
 from headway import (
-    Lease,
     LockLost,
     LockNotAcquired,
-    LockState,
-    MemoryLockBackend,
     SyncElection,
     SyncLeadership,
     SyncLockBackend,
 )
-
-T = TypeVar("T")
+from tests.lock.conftest import SYNC_LOCK_BACKENDS
 
 
 def leads(leadership: SyncLeadership) -> bool:
@@ -78,67 +71,26 @@ def test_an_error_in_the_block_resigns_and_propagates(
         pass
 
 
-class SyncMemory:
-    """The memory backend behind sync calls (its loop in a thread): the one sync backend
-    that answers ``inspect`` on this branch."""
-
-    name = "memory"
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.backend = self._run(self._make())
-
-    @staticmethod
-    async def _make() -> MemoryLockBackend:
-        return MemoryLockBackend()
-
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=10)
-
-    def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
-        return self._run(self.backend.acquire(resource, ttl, timeout))
-
-    def release(self, lease: Lease) -> None:
-        self._run(self.backend.release(lease))
-
-    def extend(self, lease: Lease, ttl: float) -> Lease:
-        return self._run(self.backend.extend(lease, ttl))
-
-    def inspect(self, resource: str) -> LockState:
-        return self._run(self.backend.inspect(resource))
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join()
-        self.loop.close()
+#: The sync backends whose leaders have no identity (no owner label kept).
+KEEP_NO_OWNER = {name for name, entry in SYNC_LOCK_BACKENDS.items() if "owner" in entry.lacks}
 
 
-@pytest.fixture
-def sync_memory() -> Iterator[SyncMemory]:
-    backend = SyncMemory()
-    try:
-        yield backend
-    finally:
-        backend.close()
-
-
-def test_leader_and_observe(sync_memory: SyncMemory) -> None:
-    a = SyncElection(sync_memory, "jobs", identity="a", ttl=5)
-    watcher = SyncElection(sync_memory, "jobs")
+@pytest.mark.needs("inspect")
+def test_leader_and_observe(sync_lock_backend: SyncLockBackend) -> None:
+    a = SyncElection(sync_lock_backend, "jobs", identity="a", ttl=5)
+    watcher = SyncElection(sync_lock_backend, "jobs")
+    identity = None if sync_lock_backend.name in KEEP_NO_OWNER else "a"
     changes = watcher.observe(interval=0.01)
     assert watcher.leader() is None
     assert next(changes) is None
     with a.campaign() as term:
         leader = watcher.leader()
         assert leader is not None
-        assert (leader.identity, leader.term) == ("a", term.term)
-        assert leader.expires_in is not None
-        assert 0 < leader.expires_in <= 5
+        assert (leader.identity, leader.term) == (identity, term.term)
+        assert leader.expires_in is None or 0 < leader.expires_in <= 5
         seen = next(changes)  # the next reading that differs
         assert seen is not None
-        assert (seen.identity, seen.term) == ("a", term.term)
+        assert (seen.identity, seen.term) == (identity, term.term)
     assert next(changes) is None
     with pytest.raises(ValueError, match="interval"):
         watcher.observe(interval=0)

@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 
 from headway import Lock, LockBackend, LockNotAcquired, LockNotOwned
+from tests.lock.conftest import LOCK_BACKENDS
 
 pytestmark = pytest.mark.anyio
 
@@ -179,6 +180,57 @@ async def test_cancel_during_acquire_strands_nothing(
     else:  # it completed before the cancellation landed: then we own it
         await lock.release(lease)
     await lock.release(await lock.acquire(timeout=0))
+
+
+async def _until_queued(lock: Lock, request: pytest.FixtureRequest) -> None:
+    """Until a waiter is in ``lock``'s line, where the backend keeps one (events, no timer)."""
+    name = request.node.callspec.params["lock_backend"]
+    if {"inspect", "line"} & LOCK_BACKENDS[name].lacks.keys():
+        await asyncio.sleep(0.005)  # no line to watch: the waiter retries in rounds
+        return
+    async with asyncio.timeout(5):
+        while (await lock.inspect()).waiting == 0:
+            await asyncio.sleep(0.001)
+
+
+#: Hand-over races per backend: a cancellation 0 to 23 loop turns after the release
+#: began, then 0 to 23 after it returned.
+HANDOVER_RACES = [(turns, False) for turns in range(24)] + [(t, True) for t in range(24)]
+
+
+async def test_a_waiter_cancelled_as_the_lock_is_handed_over_gets_no_lease(
+    lock_backend: LockBackend, request: pytest.FixtureRequest
+) -> None:
+    # The contract: a cancelled acquire raises CancelledError and keeps no grant. Redis's
+    # returned the handed lease when the cancellation came while it unsubscribed.
+    holder = Lock(lock_backend, "handed", ttl=10)
+    waiter_lock = Lock(lock_backend, "handed", ttl=10)
+    cancelled = leases_returned = 0
+    for turns, released in HANDOVER_RACES:
+        held = await holder.acquire(timeout=5)
+        waiter = asyncio.create_task(waiter_lock.acquire(timeout=5))
+        await _until_queued(holder, request)
+        releasing = asyncio.create_task(holder.release(held))
+        if released:
+            await releasing
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        if waiter.cancel():
+            cancelled += 1
+            try:
+                lease = await waiter
+            except asyncio.CancelledError:
+                pass
+            else:
+                leases_returned += 1
+                await waiter_lock.release(lease)
+        else:
+            await waiter_lock.release(waiter.result())
+        await releasing
+        # Nothing left behind: no grant, no place in the line (one attempt gets it).
+        await holder.release(await holder.acquire(timeout=0))
+    assert leases_returned == 0, f"{leases_returned} of {cancelled} cancelled acquires got a lease"
+    assert cancelled > 0
 
 
 # From one yield on: a task cancelled before its first step never started releasing.

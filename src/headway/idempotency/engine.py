@@ -152,8 +152,15 @@ class Engine:
             leased = Lease(call.resource, "", claim.fence, sent + self.lease_ttl, self.lease_ttl)
             held = None if lease is None else (lock, lease)
             leases = RequestLeases(self.store, call.caller, call.key, leased, held)
-            async with leases.watchdog(self.lease_ttl):
-                await self._run(call, claim.fence, work)
+            started = False
+            try:
+                async with leases.watchdog(self.lease_ttl):
+                    started = True
+                    await self._run(call, claim.fence, work)
+            except BaseException:
+                if not started:  # a nearly spent lease could not be renewed: nothing ran
+                    await self._release_record(call, claim.fence, quietly=True)
+                raise
             return None
         finally:
             if lease is not None:

@@ -64,6 +64,13 @@ async def run_to_end(aw: Awaitable[T], undo: Callable[[T], Awaitable[object]] | 
     return result
 
 
+def _cancels() -> int:
+    """How many cancellations of the current task are pending: one that rises over a call
+    was requested during it, even if the call swallowed its ``CancelledError``."""
+    task = asyncio.current_task()
+    return 0 if task is None else task.cancelling()
+
+
 def _not_owned(lease: Lease, what: str) -> LockNotOwned:
     return LockNotOwned(
         f"cannot {what} lock {lease.resource!r}: the lease (fence {lease.fence}) is no longer held",
@@ -114,6 +121,7 @@ class QueuedBackend(QueuedPrimitives):
     ) -> Lease:
         """Run ``flow`` on from ``step``; ``wake`` is set if listening began before it."""
         early = wake is not None
+        cancels = _cancels()
         try:
             while True:
                 if isinstance(step, Try):
@@ -135,15 +143,33 @@ class QueuedBackend(QueuedPrimitives):
                     await run_to_end(self._leave(resource, step.waiter))
                     step = flow.send(None)
         except StopIteration as done:
-            return _done(done)
-        except BaseException:
+            lease = _done(done)
+        except BaseException as exc:
             if queued:
                 with contextlib.suppress(Exception):
                     await run_to_end(self._leave(resource, waiter))
-            raise
-        finally:
             if wake is not None:
                 await self._unlisten(resource, waiter)
+            if _cancels() > cancels and not isinstance(exc, asyncio.CancelledError):
+                raise asyncio.CancelledError from exc  # swallowed while leaving: still cancelled
+            raise
+        if wake is not None:
+            try:
+                await self._unlisten(resource, waiter)
+            except BaseException:
+                await self._undo_grant(lease)
+                raise
+        if _cancels() > cancels:
+            # A client library swallowed our cancellation (redis-py's pub/sub can, while
+            # unsubscribing): the caller stopped waiting, so the grant goes back.
+            await self._undo_grant(lease)
+            raise asyncio.CancelledError
+        return lease
+
+    async def _undo_grant(self, lease: Lease) -> None:
+        """Release a grant its caller will never receive (it was cancelled, or failed)."""
+        with contextlib.suppress(Exception):
+            await run_to_end(self._release(lease.resource, lease.token))
 
     async def _attempt(self, resource: str, step: Try) -> Attempt:
         if (ridden := self._ride(resource, step)) is not None:

@@ -15,7 +15,6 @@ values and helpers both share live here.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import os
 import re
@@ -25,7 +24,7 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from headway._clock import Clock
-from headway._errors import BackendUnavailable, LockNotAcquired, LockNotOwned
+from headway._errors import LockLost, LockNotAcquired
 from headway.lock.contract import LockBackend
 from headway.lock.introspection import LockState, check_owner
 from headway.lock.lease import Lease, _finite_seconds
@@ -213,29 +212,15 @@ class Election:
                 yield now
             await asyncio.sleep(interval)
 
-    async def _elected(self, timeout: float) -> Lease:
-        """Wait up to ``timeout`` s (``inf``: forever) for the election's lock."""
+    async def _elected(self, end: float) -> Lease:
+        """Wait until ``end`` (``inf``: forever, on the lock's clock) for the election's lock."""
         clock = self._lock.clock
-        end = clock() + timeout
         while True:
             try:
-                lease = await self._lock.acquire(timeout=max(0.0, min(end - clock(), _WAIT_CHUNK)))
+                return await self._lock.acquire(timeout=max(0.0, min(end - clock(), _WAIT_CHUNK)))
             except LockNotAcquired:
                 if end - clock() <= 0:
                     raise
-                continue
-            if lease.remaining(clock()) >= self._interval:
-                return lease
-            # A lease handed over by the waiter before us counts from our last refused
-            # attempt, perhaps a TTL ago: renew it before leading, or campaign again.
-            try:
-                return await self._lock.extend(lease)
-            except LockNotOwned:
-                continue
-            except BaseException:  # cancelled, or the store is down: do not strand it
-                with contextlib.suppress(LockNotOwned, BackendUnavailable):
-                    await self._lock.release(lease)
-                raise
 
 
 class Leadership:
@@ -300,12 +285,17 @@ class _Campaign:
     async def __aenter__(self) -> Leadership:
         election = self._election
         lock = election._lock
-        lease = await election._elected(self._timeout)
-        renewal = Renewal(
-            lease, lock.extend, ttl=lock.ttl, interval=election._interval,
-            clock=lock.clock, release=lock.release,
-        )  # fmt: skip
-        renewal.start()
+        end = lock.clock() + self._timeout
+        while True:
+            renewal = Renewal(
+                await election._elected(end), lock.extend, ttl=lock.ttl,
+                interval=election._interval, clock=lock.clock, release=lock.release,
+            )  # fmt: skip
+            try:
+                await renewal.begin()  # a stale hand-over is renewed before leading
+                break
+            except LockLost:
+                continue  # it lapsed before we led: campaign again
         # resign()'s cancel scope, inside the renewal's: a loss still ends in LockLost.
         scope = asyncio.timeout(None)
         await scope.__aenter__()

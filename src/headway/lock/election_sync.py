@@ -26,6 +26,7 @@ from headway.lock.election import (
 )
 from headway.lock.lease import Lease
 from headway.lock.lock import SyncLock, _check_hold
+from headway.lock.renewal import fresh_sync
 
 __all__ = ["SyncElection", "SyncLeadership"]
 
@@ -140,16 +141,13 @@ class SyncElection:
                 if end - time.monotonic() <= 0:
                     raise
                 continue
-            if lease.remaining() >= self._interval:
-                return lease
-            try:  # a stale hand-over: renewed before leading, as Election's
-                return self._lock.extend(lease)
-            except LockNotOwned:
-                continue
-            except BaseException:
-                with contextlib.suppress(LockNotOwned, BackendUnavailable):
-                    self._lock.release(lease)
-                raise
+            try:  # a stale hand-over is renewed before leading, as by hold()
+                return fresh_sync(
+                    lease, self._lock.extend, ttl=self.ttl, interval=self._interval,
+                    release=self._lock.release,
+                )  # fmt: skip
+            except LockLost:
+                continue  # it lapsed before we led: campaign again
 
 
 class SyncLeadership:

@@ -14,7 +14,7 @@ from headway.lock.contract import LockBackend, SyncLockBackend
 from headway.lock.events import LockEvent, LockEventKind, LockHook, report
 from headway.lock.introspection import LockState, check_owner, owned_by
 from headway.lock.lease import Lease, _finite_seconds, check_timeout, check_ttl
-from headway.lock.renewal import Renewal
+from headway.lock.renewal import Renewal, fresh_sync
 
 __all__ = ["Lock", "SyncLock"]
 
@@ -207,9 +207,11 @@ class Lock:
         """Hold the lock for an ``async with`` block, renewing the lease meanwhile.
 
         The lease is renewed every ``renew_every`` s (default: a third of the
-        TTL). If a renewal is refused, or the lease runs out because Redis does
-        not answer, or the block outlives ``max_hold`` s, the block is cancelled
-        and ``LockLost`` is raised: the holder never keeps working unknowingly.
+        TTL), and before the block starts if less than that is left of it (a lease
+        handed over after a long wait counts from before the wait). If a renewal is
+        refused, or the lease runs out because Redis does not answer, or the block
+        outlives ``max_hold`` s, the block is cancelled and ``LockLost`` is raised:
+        the holder never keeps working unknowingly.
 
         Args:
             timeout: How long to wait for the lock, in seconds; default None: the
@@ -220,7 +222,9 @@ class Lock:
 
         Raises:
             LockNotAcquired: The lock was not free within ``timeout``.
-            LockLost: The lease could not be kept; the block was cancelled.
+            LockLost: The lease could not be kept: it lapsed before the block began (a
+                lease handed over after a long wait is renewed first, and that was
+                refused), or while the block ran, which was cancelled.
             BackendUnavailable: The backend did not answer the acquire.
             ValueError: A bad ``renew_every`` or ``max_hold``.
         """
@@ -255,7 +259,7 @@ class _Hold:
             lease, lock.extend, ttl=lock.ttl, interval=self._interval, clock=lock.clock,
             max_hold=self._max_hold, release=lock.release,
         )  # fmt: skip
-        return self._renewal.start()
+        return await self._renewal.begin()
 
     def __aexit__(
         self,
@@ -380,12 +384,16 @@ class SyncLock:
 
         Raises:
             LockNotAcquired: The lock was not free within ``timeout``.
-            LockLost: The lease could not be kept; raised when the block ends.
+            LockLost: The lease could not be kept: it lapsed before the block began (as
+                for ``Lock.hold()``), or while it ran, raised when the block ends.
             BackendUnavailable: The backend did not answer the acquire.
             ValueError: A bad ``renew_every``.
         """
         interval = _check_hold(self.ttl, renew_every, None)
         lease = self.acquire(timeout=timeout)
+        lease = fresh_sync(
+            lease, self.extend, ttl=self.ttl, interval=interval, release=self.release
+        )
         done = threading.Event()
         lost: list[BaseException] = []
 

@@ -255,22 +255,27 @@ class MultiLock:
 
         Raises:
             LockNotAcquired: Some lock was not free within ``timeout``; none is held.
-            LockLost: A lease could not be kept; the block was cancelled.
+            LockLost: A lease could not be kept: it lapsed before the block began (as
+                for ``Lock.hold()``; none is held then), or the block was cancelled.
             BackendUnavailable: The backend did not answer the acquire.
             ValueError: A bad ``timeout``, ``renew_every`` or ``max_hold``.
         """
         interval = _check_hold(self.ttl, renew_every, max_hold)
-        leases = await self.acquire(timeout=timeout)
+        leases = list(await self.acquire(timeout=timeout))
         renewals: list[Renewal] = []
         async with contextlib.AsyncExitStack() as stack:
             # Exited last: every renewal has stopped, then the set is released at once.
             stack.push_async_exit(functools.partial(self._release_held, renewals))
-            for lease in reversed(leases):
+            for i in reversed(range(len(leases))):
                 renewal = Renewal(
-                    lease, self.backend.extend, ttl=self.ttl, interval=interval,
+                    leases[i], self.backend.extend, ttl=self.ttl, interval=interval,
                     clock=self.clock, max_hold=max_hold,
                 )  # fmt: skip
+                try:
+                    leases[i] = await renewal.begin()  # renewed first if it runs low
+                except BaseException:
+                    await self._release_quietly(leases[:i])  # the ones not begun yet
+                    raise
                 stack.push_async_exit(renewal.__aexit__)
-                renewal.start()
                 renewals.append(renewal)
-            yield leases
+            yield tuple(leases)

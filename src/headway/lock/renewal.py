@@ -19,7 +19,7 @@ from headway._clock import Clock
 from headway._errors import BackendUnavailable, LockLost, LockNotOwned
 from headway.lock.lease import Lease
 
-__all__ = ["Renewal"]
+__all__ = ["Renewal", "fresh", "fresh_sync"]
 
 log = logging.getLogger("headway.lock")
 
@@ -28,11 +28,77 @@ log = logging.getLogger("headway.lock")
 Renew = Callable[[Lease, float], Awaitable[Lease]]
 
 
+def _stale(lease: Lease, interval: float, now: float) -> bool:
+    return lease.deadline - now < interval
+
+
+def _lapsed(lease: Lease) -> LockLost:
+    message = f"lease on {lease.resource!r} lapsed before it was held"
+    return LockLost(message, resource=lease.resource)
+
+
+async def fresh(
+    lease: Lease,
+    renew: Renew,
+    *,
+    ttl: float,
+    interval: float,
+    now: float,
+    release: Callable[[Lease], Awaitable[None]] | None = None,
+) -> Lease:
+    """``lease``, renewed first if less than ``interval`` s of it are left at ``now``.
+
+    A lease handed over to a waiter counts from the waiter's last refused attempt (so
+    its deadline never overstates the store's), which may be most of a TTL before the
+    hand-over: held as it is, its first renewal would come after its deadline. The
+    store knows whether it is still held, so it is asked rather than the deadline
+    believed. A renewal that fails otherwise (the store down, the caller cancelled)
+    gives the lease back with ``release``, if given, and lets the error through.
+
+    Raises:
+        LockLost: The renewal was refused (``LockNotOwned``): the lease lapsed.
+    """
+    if not _stale(lease, interval, now):
+        return lease
+    try:
+        return await renew(lease, ttl)
+    except LockNotOwned as exc:
+        raise _lapsed(lease) from exc
+    except BaseException:
+        if release is not None:
+            with contextlib.suppress(LockNotOwned, BackendUnavailable):
+                await release(lease)
+        raise
+
+
+def fresh_sync(
+    lease: Lease,
+    renew: Callable[[Lease, float], Lease],
+    *,
+    ttl: float,
+    interval: float,
+    release: Callable[[Lease], None] | None = None,
+) -> Lease:
+    """``fresh`` for a sync holder, on the monotonic clock (``Lease.remaining``)."""
+    if lease.remaining() >= interval:
+        return lease
+    try:
+        return renew(lease, ttl)
+    except LockNotOwned as exc:
+        raise _lapsed(lease) from exc
+    except BaseException:
+        if release is not None:
+            with contextlib.suppress(LockNotOwned, BackendUnavailable):
+                release(lease)
+        raise
+
+
 class Renewal:
     """Renew ``lease`` every ``interval`` s while an ``async with`` block runs.
 
     Each renewal asks for ``ttl`` s (less near ``max_hold``, counted from the
-    block's start). The first renewal is a timer; the renewing task starts only
+    block's start). A lease with less than ``interval`` s left is renewed before the
+    block starts (``fresh``). The first renewal after that is a timer; the renewing task starts only
     when it fires, so a block that ends sooner costs a timer and no task. When
     the lease is lost the task running the block is cancelled and the block
     raises ``LockLost`` instead (an outside cancellation stays one). ``release``,
@@ -81,10 +147,21 @@ class Renewal:
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Lease:
+        return await self.begin()
+
+    async def begin(self) -> Lease:
+        """``start``, after renewing a lease with less than ``interval`` s left (``fresh``:
+        ``LockLost`` if the renewal is refused; on another error the lease is released)."""
+        ttl = self._ttl if self._max_hold is None else min(self._ttl, self._max_hold)
+        self.lease = await fresh(
+            self.lease, self._renew, ttl=ttl, interval=self._interval, now=self._clock(),
+            release=self._release,
+        )  # fmt: skip
         return self.start()
 
     def start(self) -> Lease:
-        """Watch the lease from now, for the task running this (``__aenter__`` without an await)."""
+        """Watch the lease from now, for the task running this (``begin`` without the
+        check: for a lease known to be fresh)."""
         self._owner = asyncio.current_task()
         self._started = started = self._clock()
         due = min(started + self._interval, self.lease.deadline) - started

@@ -17,6 +17,7 @@ from headway.lock.contract import SyncLockBackend
 from headway.lock.lease import Lease, check_timeout, check_ttl
 from headway.lock.lock import _check_hold
 from headway.lock.multi import _WAIT_SHARE, _canonical, _first, _lapsed
+from headway.lock.renewal import fresh_sync
 
 __all__ = ["SyncMultiLock"]
 
@@ -94,13 +95,16 @@ class SyncMultiLock:
                     except LockNotOwned as exc:
                         raise _lapsed(exc, name) from exc
         except BaseException:
-            for lease in held:
-                try:
-                    backend.release(lease)
-                except (LockNotOwned, BackendUnavailable) as exc:
-                    log.warning("releasing %r after a failed acquire: %s", lease.resource, exc)
+            self._release_quietly(held)
             raise
         return tuple(held)
+
+    def _release_quietly(self, leases: Iterable[Lease]) -> None:
+        for lease in leases:
+            try:
+                self.backend.release(lease)
+            except (LockNotOwned, BackendUnavailable) as exc:
+                log.warning("releasing %r after a failed acquire: %s", lease.resource, exc)
 
     def release(self, leases: Iterable[Lease]) -> None:
         """As ``MultiLock.release``, blocking.
@@ -138,12 +142,21 @@ class SyncMultiLock:
 
         Raises:
             LockNotAcquired: Some lock was not free within ``timeout``; none is held.
-            LockLost: A lease could not be kept; raised when the block ends.
+            LockLost: A lease could not be kept: it lapsed before the block began
+                (none is held then), or while it ran, raised when the block ends.
             BackendUnavailable: The backend did not answer the acquire.
             ValueError: A bad ``timeout`` or ``renew_every``.
         """
         interval = _check_hold(self.ttl, renew_every, None)
         leases = self.acquire(timeout=timeout)
+        try:
+            leases = tuple(
+                fresh_sync(lease, self.backend.extend, ttl=self.ttl, interval=interval)
+                for lease in leases
+            )
+        except BaseException:
+            self._release_quietly(leases)
+            raise
         done = threading.Event()
         lost: list[LockNotOwned | BackendUnavailable] = []
 

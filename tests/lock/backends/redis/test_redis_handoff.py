@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 from redis import asyncio as aioredis
@@ -70,3 +71,41 @@ async def test_an_expired_holders_lock_goes_to_the_first_waiter(
     assert not refused.granted
     assert refused.pttl_ms > 29_000
     assert await redis_client.get(k.owner) == b"a" * 32
+
+
+async def test_a_waiter_of_another_client_cancelled_at_the_hand_over_gets_no_lease(
+    redis_url: str, redis_client: aioredis.Redis
+) -> None:
+    # Two clients, as two processes: the waiter listens on pub/sub (no riding) and, handed
+    # the lock, unsubscribes. A cancellation during that unsubscribe was swallowed by
+    # redis-py and the lease returned (22 of 31 races, as reported), so an
+    # ``asyncio.timeout`` around the acquire never fired.
+    other = aioredis.Redis.from_url(redis_url)
+    holding, waiting = RedisLockBackend(redis_client), RedisLockBackend(other)
+    holder, waiter_lock = Lock(holding, "handed", ttl=10), Lock(waiting, "handed", ttl=10)
+    queue = lock_keys("handed").queue
+    cancelled = leases_returned = 0
+    try:
+        for i in range(40):
+            held = await holder.acquire(timeout=5)
+            waiter = asyncio.create_task(waiter_lock.acquire(timeout=5))
+            async with asyncio.timeout(5):  # queued in Redis: the hand-over will be to it
+                while not await redis_client.zcard(queue):
+                    await asyncio.sleep(0.001)
+            await holder.release(held)
+            for _ in range(i % 12):
+                await asyncio.sleep(0)
+            if waiter.cancel():
+                cancelled += 1
+                with contextlib.suppress(asyncio.CancelledError):
+                    await waiter_lock.release(await waiter)
+                    leases_returned += 1
+            else:
+                await waiter_lock.release(waiter.result())
+            await holder.release(await holder.acquire(timeout=0))  # nothing left behind
+    finally:
+        await holding.aclose()
+        await waiting.aclose()
+        await other.aclose()
+    assert leases_returned == 0, f"{leases_returned} of {cancelled} cancelled acquires got a lease"
+    assert cancelled >= 10

@@ -270,6 +270,12 @@ class MySQLLockBackend(WindowClaims, common.Common, SessionLockBackend[_Held]):
             async with asyncio.timeout(self.timeout), self.engine.connect() as killer:
                 # A closed socket does not end a GET_LOCK wait: the server must be told.
                 await killer.execute(common.kill(session))
+                # KILL returns before the session ends, which holds its lock till then,
+                # and nothing tells when it ends: ask, so that a cancelled acquire has
+                # left nothing behind once it raises.
+                alive = {"session": session}
+                while (await killer.execute(common.SESSION_ALIVE, alive)).scalar_one():  # noqa: ASYNC110
+                    await asyncio.sleep(0.001)
         await _discard(conn)
 
     def _reset(self, conn: AsyncConnection) -> Awaitable[object]:

@@ -95,6 +95,10 @@ def kill(session: int) -> TextClause:
     return text(f"KILL CONNECTION {int(session)}")
 
 
+#: Whether session ``:session`` still exists (``KILL`` ends it after it returns).
+SESSION_ALIVE = text("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = :session")
+
+
 #: Error numbers that end a lock wait without the lock: a deadlock among user-level
 #: locks (MariaDB ER_LOCK_DEADLOCK, MySQL 8 ER_USER_LOCK_DEADLOCK), a statement time
 #: limit (MariaDB max_statement_time, MySQL max_execution_time).
