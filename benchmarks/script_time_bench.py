@@ -266,6 +266,18 @@ class Sample:
     script_us: float  # script (FCALL, EVALSHA) usec per decision
     all_us: float  # every command the client sent, per decision
     admitted: float
+    cpu_us: float  # the server main thread's CPU (user + sys) per decision
+
+
+#: ``INFO cpu``'s fields for the main thread alone (Redis 7): I/O threads and the
+#: background ones (lazy free, fsync) are left out, and nothing else runs on this server.
+MAIN_THREAD_CPU = ("used_cpu_sys_main_thread", "used_cpu_user_main_thread")
+
+
+def main_thread_cpu_us(client: redis.Redis) -> float:
+    """The server main thread's CPU time so far (user + sys), in µs."""
+    cpu = client.info("cpu")
+    return sum(float(cpu[field]) for field in MAIN_THREAD_CPU) * 1e6
 
 
 def measure(name: str, generous: bool, url: str, calls: int) -> Sample:
@@ -277,7 +289,11 @@ def measure(name: str, generous: bool, url: str, calls: int) -> Sample:
             decide("k")
         shares = sent_by_client(decide, "k", url)
         admin.config_resetstat()
+        # Everything the main thread does for a call: reading it, the command, the reply.
+        # One INFO before and one after are in it too (~0.01 µs per decision at 2,000).
+        cpu_before = main_thread_cpu_us(admin)
         admitted = sum(decide("k") for _ in range(calls))
+        cpu = main_thread_cpu_us(admin) - cpu_before
         stats = _stats(admin)
     finally:
         close()
@@ -285,7 +301,7 @@ def measure(name: str, generous: bool, url: str, calls: int) -> Sample:
         admin.close()
     script = sum(stats.get(c, (0, 0))[1] for c in SCRIPT_CALLS)
     everything = sum(usec * shares.get(n, 0.0) for n, (_, usec) in stats.items())
-    return Sample(script / calls, everything / calls, admitted / calls)
+    return Sample(script / calls, everything / calls, admitted / calls, cpu / calls)
 
 
 def _median(samples: list[Sample], attribute: str) -> float:
@@ -296,13 +312,13 @@ def report(results: dict[tuple[str, str], list[Sample]], rounds: int, calls: int
     print(f"\n{rounds} round(s) x {calls} sequential decisions; usec per decision, medians\n")
     for scenario in SCENARIOS:
         print(f"### {scenario}\n")
-        print("| contender | script µs | all commands µs | admitted |")
-        print("|---|--:|--:|--:|")
+        print("| contender | script µs | all commands µs | main thread CPU µs | admitted |")
+        print("|---|--:|--:|--:|--:|")
         for name in CONTENDERS:
             s = results[(name, scenario)]
             print(
                 f"| {name} | {_median(s, 'script_us'):.2f} | {_median(s, 'all_us'):.2f} "
-                f"| {_median(s, 'admitted'):.0%} |"
+                f"| {_median(s, 'cpu_us'):.2f} | {_median(s, 'admitted'):.0%} |"
             )
         print("\n| headway | µs (all) | best peer | µs (all) | headway / peer |")
         print("|---|--:|---|--:|--:|")
@@ -316,6 +332,30 @@ def report(results: dict[tuple[str, str], list[Sample]], rounds: int, calls: int
             theirs = _median(results[(best, scenario)], "all_us")
             print(f"| {name} | {own:.2f} | {best} | {theirs:.2f} | {own / theirs:.2f} |")
         print()
+        report_cpu(results, scenario)
+
+
+def report_cpu(results: dict[tuple[str, str], list[Sample]], scenario: str) -> None:
+    """Main-thread CPU per decision against the best peer (the lowest median), with the
+    median of the per-round ratios: each round measured both within seconds of each other,
+    so the load of the moment weighs on both."""
+    print("| headway | CPU µs | best peer | CPU µs | ratio of medians | median ratio |")
+    print("|---|--:|---|--:|--:|--:|")
+    for name, (_, peers) in HEADWAY.items():
+        mine = results[(name, scenario)]
+        own = _median(mine, "cpu_us")
+        peers = tuple(p for p in peers if (p, scenario) in results)
+        if not peers:
+            print(f"| {name} | {own:.2f} | — | | | |")
+            continue
+        best = min(peers, key=lambda p: _median(results[(p, scenario)], "cpu_us"))
+        theirs = results[(best, scenario)]
+        per_round = statistics.median(m.cpu_us / t.cpu_us for m, t in zip(mine, theirs))
+        print(
+            f"| {name} | {own:.2f} | {best} | {_median(theirs, 'cpu_us'):.2f} "
+            f"| {own / _median(theirs, 'cpu_us'):.2f} | {per_round:.2f} |"
+        )
+    print()
 
 
 def _repeat(decide: Decide, calls: int) -> None:
