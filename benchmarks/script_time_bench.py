@@ -80,10 +80,11 @@ def _nothing() -> None:
 # --- floors ---------------------------------------------------------------------------
 
 
-def _floor(body: str, log: bool = False) -> Factory:
+def _floor(body: str, log: bool = False, window: bool = False) -> Factory:
     """A script of ``body`` called as headway calls its scripts (a Redis function), with
     the keys and arguments of a one-policy decision; ``log``: its key a sliding log of
-    10 entries (what the ``rejected`` scenario's holds)."""
+    10 entries (what the ``rejected`` scenario's holds); ``window``: the arguments of the
+    scenario's fixed window (else a fixed set)."""
 
     def factory(generous: bool, url: str) -> tuple[Decide, Callable[[], None]]:
         client = redis.Redis.from_url(url)
@@ -91,9 +92,12 @@ def _floor(body: str, log: bool = False) -> Factory:
         if log:
             stamps = {f"{10**15 + i}:{i}": 10**15 + i for i in range(LOW)}
             client.zadd("headway:{k}:rl", stamps)
+        args: list[int | str] = ["", 1, 0, 1, 10, 1000]
+        if window:
+            args = ["", 1, 0, 3, 1_000_000, HIGH] if generous else ["", 1, 0, 3, 3600 * 10**6, LOW]
 
         def decide(key: str) -> bool:
-            return bool(wire.call(script, ["headway:{" + key + "}:rl"], ["", 1, 0, 1, 10, 1000]))
+            return bool(wire.call(script, ["headway:{" + key + "}:rl"], args))
 
         return decide, client.close
 
@@ -101,6 +105,27 @@ def _floor(body: str, log: bool = False) -> Factory:
 
 
 GET = "redis.call('TIME') local v = redis.call('GET', KEYS[1]) "
+FLAT_WINDOW = """
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local cost, a, b = ARGV[2] + 0, ARGV[5] + 0, ARGV[6] + 0
+local index = math.floor(now / a)
+if index * a > now then index = index - 1 elseif (index + 1) * a <= now then index = index + 1 end
+local count = 0
+local state = redis.call('GET', KEYS[1])
+if state then
+  local w, c = string.match(state, '^(%d+):(%d+)$')
+  if w + 0 == index then count = c + 0 end
+end
+if count + cost > b then return 0 end
+local value = string.format('%d:%d', index, count + cost)
+if count > 0 then
+  redis.call('SET', KEYS[1], value, 'KEEPTTL')
+else
+  redis.call('SET', KEYS[1], value, 'PX', math.ceil(((index + 1) * a - now) / 1000))
+end
+return 1
+"""
 FLOORS: dict[str, Factory] = {
     "floor: return 1": _floor("return 1"),
     "floor: TIME": _floor("redis.call('TIME') return 1"),
@@ -124,6 +149,15 @@ FLOORS: dict[str, Factory] = {
         "redis.call('ZRANGE', KEYS[1], 0, 0) return 1",
         log=True,
     ),
+    # ... and with the reset too (the newest entry): a full log's refusal as headway's.
+    "floor: TIME+ZCARD+ZRANGE+ZRANGE": _floor(
+        "redis.call('TIME') redis.call('ZCARD', KEYS[1]) "
+        "redis.call('ZRANGE', KEYS[1], 0, 0) redis.call('ZRANGE', KEYS[1], -1, -1) return 1",
+        log=True,
+    ),
+    # An aligned fixed window on the server's clock, computed and charged (refused
+    # requests not), answering nothing: one script, no fragments, a reply of one integer.
+    "floor: fixed window, no answer": _floor(FLAT_WINDOW, window=True),
 }
 
 
@@ -350,7 +384,9 @@ def report_cpu(results: dict[tuple[str, str], list[Sample]], scenario: str) -> N
             continue
         best = min(peers, key=lambda p: _median(results[(p, scenario)], "cpu_us"))
         theirs = results[(best, scenario)]
-        per_round = statistics.median(m.cpu_us / t.cpu_us for m, t in zip(mine, theirs))
+        per_round = statistics.median(
+            m.cpu_us / t.cpu_us for m, t in zip(mine, theirs, strict=True)
+        )
         print(
             f"| {name} | {own:.2f} | {best} | {_median(theirs, 'cpu_us'):.2f} "
             f"| {own / _median(theirs, 'cpu_us'):.2f} | {per_round:.2f} |"
