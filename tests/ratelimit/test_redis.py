@@ -8,6 +8,7 @@ import signal
 from collections.abc import AsyncIterator
 
 import pytest
+import redis
 from redis import asyncio as aioredis
 
 from headway import (
@@ -295,3 +296,27 @@ async def test_limiters_sharing_a_backend_each_decide_with_their_own_policies(
         (False, 1, 0), (True, 3, 0), (False, 3, 0),
     ]  # fmt: skip
     await backend.aclose()
+
+
+def test_the_sync_backend_packs_per_policy_set_and_cost_on_the_servers_clock(
+    sync_redis_client: redis.Redis,
+) -> None:
+    # Its arguments are packed once per (policy set, cost, peek): limiters taking turns
+    # on one backend, costs and peeks mixed, each decide with what they asked.
+    backend = SyncRedisRateLimitBackend(sync_redis_client)
+    one = SyncRateLimiter(FixedWindow(1, NO_ROLLOVER), TokenBucket(5, 5, 1.0), backend=backend)
+    five = SyncRateLimiter(FixedWindow(5, NO_ROLLOVER), backend=backend)
+    seen = []
+    for limiter, call, cost in [
+        (five, "peek", 2), (five, "hit", 2), (one, "peek", 1), (five, "peek", 1),
+        (one, "hit", 1), (five, "hit", 1), (one, "hit", 1), (five, "hit", 3),
+        (five, "hit", 2),
+    ]:  # fmt: skip
+        decision = getattr(limiter, call)("shared", cost)
+        seen.append((decision.allowed, decision.limit, decision.remaining))
+    assert seen == [
+        (True, 5, 5), (True, 5, 3), (True, 1, 1), (True, 5, 3),
+        (True, 1, 0), (True, 5, 2), (False, 1, 0), (False, 5, 2),
+        (True, 5, 0),
+    ]  # fmt: skip
+    backend.close()
