@@ -16,6 +16,13 @@ the client, so they are counted once. Scenarios: ``hot`` (a generous quota: ever
 admitted) and ``rejected`` (10 per hour: nearly every call refused). Rounds are
 interleaved (every contender once per round); medians over rounds.
 
+Beside them, the server main thread's CPU per decision (``INFO cpu``:
+``used_cpu_user_main_thread`` + ``used_cpu_sys_main_thread``, Redis 7, read before and
+after the decisions): everything the server does for a call, reading the request and
+writing the reply included, which commandstats leaves out (issue 29). Its ratio to the
+best peer is also given as the median of per-round ratios (a round's contenders share
+the load of the moment).
+
 ``--instructions`` counts instead the instructions the server runs per decision, under
 valgrind's callgrind (``_callgrind_redis.py``): every command the client sent, with the
 server's own request handling; deterministic, where the timings on a busy machine move
