@@ -16,6 +16,13 @@ the client, so they are counted once. Scenarios: ``hot`` (a generous quota: ever
 admitted) and ``rejected`` (10 per hour: nearly every call refused). Rounds are
 interleaved (every contender once per round); medians over rounds.
 
+Beside them, the server main thread's CPU per decision (``INFO cpu``:
+``used_cpu_user_main_thread`` + ``used_cpu_sys_main_thread``, Redis 7, read before and
+after the decisions): everything the server does for a call, reading the request and
+writing the reply included, which commandstats leaves out (issue 29). Its ratio to the
+best peer is also given as the median of per-round ratios (a round's contenders share
+the load of the moment).
+
 ``--instructions`` counts instead the instructions the server runs per decision, under
 valgrind's callgrind (``_callgrind_redis.py``): every command the client sent, with the
 server's own request handling; deterministic, where the timings on a busy machine move
@@ -80,10 +87,11 @@ def _nothing() -> None:
 # --- floors ---------------------------------------------------------------------------
 
 
-def _floor(body: str, log: bool = False) -> Factory:
+def _floor(body: str, log: bool = False, window: bool = False) -> Factory:
     """A script of ``body`` called as headway calls its scripts (a Redis function), with
     the keys and arguments of a one-policy decision; ``log``: its key a sliding log of
-    10 entries (what the ``rejected`` scenario's holds)."""
+    10 entries (what the ``rejected`` scenario's holds); ``window``: the arguments of the
+    scenario's fixed window (else a fixed set)."""
 
     def factory(generous: bool, url: str) -> tuple[Decide, Callable[[], None]]:
         client = redis.Redis.from_url(url)
@@ -91,9 +99,12 @@ def _floor(body: str, log: bool = False) -> Factory:
         if log:
             stamps = {f"{10**15 + i}:{i}": 10**15 + i for i in range(LOW)}
             client.zadd("headway:{k}:rl", stamps)
+        args: list[int | str] = ["", 1, 0, 1, 10, 1000]
+        if window:
+            args = ["", 1, 0, 3, 1_000_000, HIGH] if generous else ["", 1, 0, 3, 3600 * 10**6, LOW]
 
         def decide(key: str) -> bool:
-            return bool(wire.call(script, ["headway:{" + key + "}:rl"], ["", 1, 0, 1, 10, 1000]))
+            return bool(wire.call(script, ["headway:{" + key + "}:rl"], args))
 
         return decide, client.close
 
@@ -101,6 +112,27 @@ def _floor(body: str, log: bool = False) -> Factory:
 
 
 GET = "redis.call('TIME') local v = redis.call('GET', KEYS[1]) "
+FLAT_WINDOW = """
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local cost, a, b = ARGV[2] + 0, ARGV[5] + 0, ARGV[6] + 0
+local index = math.floor(now / a)
+if index * a > now then index = index - 1 elseif (index + 1) * a <= now then index = index + 1 end
+local count = 0
+local state = redis.call('GET', KEYS[1])
+if state then
+  local w, c = string.match(state, '^(%d+):(%d+)$')
+  if w + 0 == index then count = c + 0 end
+end
+if count + cost > b then return 0 end
+local value = string.format('%d:%d', index, count + cost)
+if count > 0 then
+  redis.call('SET', KEYS[1], value, 'KEEPTTL')
+else
+  redis.call('SET', KEYS[1], value, 'PX', math.ceil(((index + 1) * a - now) / 1000))
+end
+return 1
+"""
 FLOORS: dict[str, Factory] = {
     "floor: return 1": _floor("return 1"),
     "floor: TIME": _floor("redis.call('TIME') return 1"),
@@ -124,6 +156,15 @@ FLOORS: dict[str, Factory] = {
         "redis.call('ZRANGE', KEYS[1], 0, 0) return 1",
         log=True,
     ),
+    # ... and with the reset too (the newest entry): a full log's refusal as headway's.
+    "floor: TIME+ZCARD+ZRANGE+ZRANGE": _floor(
+        "redis.call('TIME') redis.call('ZCARD', KEYS[1]) "
+        "redis.call('ZRANGE', KEYS[1], 0, 0) redis.call('ZRANGE', KEYS[1], -1, -1) return 1",
+        log=True,
+    ),
+    # An aligned fixed window on the server's clock, computed and charged (refused
+    # requests not), answering nothing: one script, no fragments, a reply of one integer.
+    "floor: fixed window, no answer": _floor(FLAT_WINDOW, window=True),
 }
 
 
@@ -266,6 +307,18 @@ class Sample:
     script_us: float  # script (FCALL, EVALSHA) usec per decision
     all_us: float  # every command the client sent, per decision
     admitted: float
+    cpu_us: float  # the server main thread's CPU (user + sys) per decision
+
+
+#: ``INFO cpu``'s fields for the main thread alone (Redis 7): I/O threads and the
+#: background ones (lazy free, fsync) are left out, and nothing else runs on this server.
+MAIN_THREAD_CPU = ("used_cpu_sys_main_thread", "used_cpu_user_main_thread")
+
+
+def main_thread_cpu_us(client: redis.Redis) -> float:
+    """The server main thread's CPU time so far (user + sys), in µs."""
+    cpu = client.info("cpu")
+    return sum(float(cpu[field]) for field in MAIN_THREAD_CPU) * 1e6
 
 
 def measure(name: str, generous: bool, url: str, calls: int) -> Sample:
@@ -277,7 +330,11 @@ def measure(name: str, generous: bool, url: str, calls: int) -> Sample:
             decide("k")
         shares = sent_by_client(decide, "k", url)
         admin.config_resetstat()
+        # Everything the main thread does for a call: reading it, the command, the reply.
+        # One INFO before and one after are in it too (~0.01 µs per decision at 2,000).
+        cpu_before = main_thread_cpu_us(admin)
         admitted = sum(decide("k") for _ in range(calls))
+        cpu = main_thread_cpu_us(admin) - cpu_before
         stats = _stats(admin)
     finally:
         close()
@@ -285,7 +342,7 @@ def measure(name: str, generous: bool, url: str, calls: int) -> Sample:
         admin.close()
     script = sum(stats.get(c, (0, 0))[1] for c in SCRIPT_CALLS)
     everything = sum(usec * shares.get(n, 0.0) for n, (_, usec) in stats.items())
-    return Sample(script / calls, everything / calls, admitted / calls)
+    return Sample(script / calls, everything / calls, admitted / calls, cpu / calls)
 
 
 def _median(samples: list[Sample], attribute: str) -> float:
@@ -296,13 +353,13 @@ def report(results: dict[tuple[str, str], list[Sample]], rounds: int, calls: int
     print(f"\n{rounds} round(s) x {calls} sequential decisions; usec per decision, medians\n")
     for scenario in SCENARIOS:
         print(f"### {scenario}\n")
-        print("| contender | script µs | all commands µs | admitted |")
-        print("|---|--:|--:|--:|")
+        print("| contender | script µs | all commands µs | main thread CPU µs | admitted |")
+        print("|---|--:|--:|--:|--:|")
         for name in CONTENDERS:
             s = results[(name, scenario)]
             print(
                 f"| {name} | {_median(s, 'script_us'):.2f} | {_median(s, 'all_us'):.2f} "
-                f"| {_median(s, 'admitted'):.0%} |"
+                f"| {_median(s, 'cpu_us'):.2f} | {_median(s, 'admitted'):.0%} |"
             )
         print("\n| headway | µs (all) | best peer | µs (all) | headway / peer |")
         print("|---|--:|---|--:|--:|")
@@ -316,6 +373,32 @@ def report(results: dict[tuple[str, str], list[Sample]], rounds: int, calls: int
             theirs = _median(results[(best, scenario)], "all_us")
             print(f"| {name} | {own:.2f} | {best} | {theirs:.2f} | {own / theirs:.2f} |")
         print()
+        report_cpu(results, scenario)
+
+
+def report_cpu(results: dict[tuple[str, str], list[Sample]], scenario: str) -> None:
+    """Main-thread CPU per decision against the best peer (the lowest median), with the
+    median of the per-round ratios: each round measured both within seconds of each other,
+    so the load of the moment weighs on both."""
+    print("| headway | CPU µs | best peer | CPU µs | ratio of medians | median ratio |")
+    print("|---|--:|---|--:|--:|--:|")
+    for name, (_, peers) in HEADWAY.items():
+        mine = results[(name, scenario)]
+        own = _median(mine, "cpu_us")
+        peers = tuple(p for p in peers if (p, scenario) in results)
+        if not peers:
+            print(f"| {name} | {own:.2f} | — | | | |")
+            continue
+        best = min(peers, key=lambda p: _median(results[(p, scenario)], "cpu_us"))
+        theirs = results[(best, scenario)]
+        per_round = statistics.median(
+            m.cpu_us / t.cpu_us for m, t in zip(mine, theirs, strict=True)
+        )
+        print(
+            f"| {name} | {own:.2f} | {best} | {_median(theirs, 'cpu_us'):.2f} "
+            f"| {own / _median(theirs, 'cpu_us'):.2f} | {per_round:.2f} |"
+        )
+    print()
 
 
 def _repeat(decide: Decide, calls: int) -> None:

@@ -8,6 +8,7 @@ import signal
 from collections.abc import AsyncIterator
 
 import pytest
+import redis
 from redis import asyncio as aioredis
 
 from headway import (
@@ -117,8 +118,9 @@ async def test_several_policies_cost_one_read_and_one_write(own_client: aioredis
     strings = [p for p in POLICIES if not isinstance(p, SlidingLog)]
     backend = RedisRateLimitBackend(own_client)
     # Two decisions, one charged: TIME and GET each, one SET; a sliding log keeps its zset.
-    # Its TTL, set by the first charge, still covers a window: PTTL, no PEXPIRE.
-    log = {"zremrangebyscore": 2, "zcard": 2, "zrange": 3, "zadd": 1, "pttl": 1}
+    # Its TTL, set by the first charge, still covers a window: PTTL, no PEXPIRE. The
+    # refusal prunes nothing: its oldest entry (a ZRANGE, the retry's too) is in the window.
+    log = {"zremrangebyscore": 1, "zcard": 2, "zrange": 3, "zadd": 1, "pttl": 1}
     for policies, expected in [
         (strings, {"time": 2, "get": 2, "set": 1}),
         (POLICIES, {"time": 2, "get": 2, "set": 1, **log}),
@@ -294,3 +296,27 @@ async def test_limiters_sharing_a_backend_each_decide_with_their_own_policies(
         (False, 1, 0), (True, 3, 0), (False, 3, 0),
     ]  # fmt: skip
     await backend.aclose()
+
+
+def test_the_sync_backend_packs_per_policy_set_and_cost_on_the_servers_clock(
+    sync_redis_client: redis.Redis,
+) -> None:
+    # Its arguments are packed once per (policy set, cost, peek): limiters taking turns
+    # on one backend, costs and peeks mixed, each decide with what they asked.
+    backend = SyncRedisRateLimitBackend(sync_redis_client)
+    one = SyncRateLimiter(FixedWindow(1, NO_ROLLOVER), TokenBucket(5, 5, 1.0), backend=backend)
+    five = SyncRateLimiter(FixedWindow(5, NO_ROLLOVER), backend=backend)
+    seen = []
+    for limiter, call, cost in [
+        (five, "peek", 2), (five, "hit", 2), (one, "peek", 1), (five, "peek", 1),
+        (one, "hit", 1), (five, "hit", 1), (one, "hit", 1), (five, "hit", 3),
+        (five, "hit", 2),
+    ]:  # fmt: skip
+        decision = getattr(limiter, call)("shared", cost)
+        seen.append((decision.allowed, decision.limit, decision.remaining))
+    assert seen == [
+        (True, 5, 5), (True, 5, 3), (True, 1, 1), (True, 5, 3),
+        (True, 1, 0), (True, 5, 2), (False, 1, 0), (False, 5, 2),
+        (True, 5, 0),
+    ]  # fmt: skip
+    backend.close()

@@ -21,10 +21,23 @@ local function charged_at(members)
 end
 
 function sliding_log.check(_, key, now, cost, a, b, charging)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - a))
   local count = redis.call('ZCARD', key)
+  local oldest = nil
+  if count + cost <= b then
+    -- Admitted whatever pruning takes away: prune, counting what it took.
+    count = count - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - a)
+    if charging then return true, b - count, 0, 0, b - count - cost, a, count end
+  else
+    -- Refused unless pruning frees room. The oldest entry says whether anything is to be
+    -- pruned (one command, as the prune, which then need not run: the refusal of a full
+    -- log is read-only); it is also the one that leaves first, often the retry's.
+    oldest = redis.call('ZRANGE', key, 0, 0)
+    if oldest[1] and charged_at(oldest) <= now - a then
+      count = count - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - a)
+      oldest = nil
+    end
+  end
   local ok = count + cost <= b
-  if ok and charging then return true, b - count, 0, 0, b - count - cost, a, count end
   local reset = 0
   if count > 0 then
     reset = charged_at(redis.call('ZRANGE', key, -1, -1)) + a - now
@@ -32,7 +45,8 @@ function sliding_log.check(_, key, now, cost, a, b, charging)
   if ok then return true, b - count, reset, 0, b - count - cost, a, count end
   -- The (count + cost - limit)-th oldest entry has to leave the window first.
   local k = count + cost - b
-  local retry = charged_at(redis.call('ZRANGE', key, k - 1, k - 1)) + a - now
+  if k > 1 or not oldest then oldest = redis.call('ZRANGE', key, k - 1, k - 1) end
+  local retry = charged_at(oldest) + a - now
   -- More entries than the limit is debt (a settled reservation, settle.lua).
   local left = b - count
   if left < 0 then left = 0 end

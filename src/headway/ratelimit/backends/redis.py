@@ -82,6 +82,16 @@ def _slot_key(policy: Concurrency, key: str) -> str:
     return slot_key(key, policy)
 
 
+def _packing_in(packings: dict[PolicySet, Packing], policies: PolicySet) -> Packing:
+    """``policies``' packing in ``packings``, made (and kept) if missing."""
+    packing = packings.get(policies)
+    if packing is None:
+        if len(packings) >= 256:  # policies made per request: start afresh
+            packings.clear()
+        packing = packings[policies] = Packing(policies)
+    return packing
+
+
 def _micros(clock: Clock | None) -> int | None:
     """``clock``'s time in whole microseconds, or None: the scripts then read ``TIME``."""
     return None if clock is None else round(clock() * 1_000_000)
@@ -126,12 +136,7 @@ class RedisRateLimitBackend:
     def _packing(self, policies: PolicySet) -> Packing:
         packing = self._recent
         if packing is None or packing.policies is not policies:
-            packing = self._packings.get(policies)
-            if packing is None:
-                if len(self._packings) >= 256:  # policies made per request: start afresh
-                    self._packings.clear()
-                packing = self._packings[policies] = Packing(policies)
-            self._recent = packing
+            packing = self._recent = _packing_in(self._packings, policies)
         return packing
 
     @classmethod
@@ -384,6 +389,8 @@ class SyncRedisRateLimitBackend:
         self.clock = clock
         self._wire = SyncWire(client, own_connection)
         self._sharded = isinstance(client, redis.cluster.RedisCluster)
+        # As the async backend's: a decision's arguments packed once per policy set and cost.
+        self._packings: dict[PolicySet, Packing] = {}
         self._slot_calls: dict[Concurrency, ModeCalls] = {}
         self._recent_calls: tuple[Concurrency, ModeCalls] | None = None
 
@@ -410,9 +417,20 @@ class SyncRedisRateLimitBackend:
 
     def decide(self, key: str, policies: Sequence[Policy], cost: int, peek: bool) -> Decision:
         """Decide (see ``RateLimitBackend.decide``): one script call."""
-        keys, args = decide_call(key, policies, cost, peek, _micros(self.clock))
+        script: Script
+        keys: Sequence[str]
+        args: Sequence[int | str] | Packed
+        if self.clock is None and isinstance(policies, PolicySet):
+            # Every argument but the cost is the limiter's own: packed once per cost. The
+            # client's time between calls is the server's too (measured: benchmarks/README.md).
+            packing = _packing_in(self._packings, policies)
+            script, args = packing.script, packing.packed_args(cost, peek)
+            keys = tuple(state_keys(key, policies))
+        else:
+            script = decide_script(policies)
+            keys, args = decide_call(key, policies, cost, peek, _micros(self.clock))
         try:
-            reply = self._wire.call(decide_script(policies), keys, args)
+            reply = self._wire.call(script, keys, args)
         except UNAVAILABLE as exc:
             raise unavailable(exc) from exc
         return decision_from_reply(reply, policies)
