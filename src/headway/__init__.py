@@ -77,11 +77,12 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         SyncInspectableLockBackend,
     )
     from headway.lock.lease import Lease
-    from headway.lock.lock import Lock, SyncLock
+    from headway.lock.lock import Lock
     from headway.lock.modes import LockMode
     from headway.lock.multi import MultiLock
     from headway.lock.once import RunOnceDecorator, Skipped, run_once
     from headway.lock.shared import ReadWriteLock, Semaphore, SyncReadWriteLock, SyncSemaphore
+    from headway.lock.sync_lock import SyncLock
     from headway.lock.sync_multi import SyncMultiLock
     from headway.metrics.otel import OpenTelemetryMetrics
     from headway.metrics.prometheus import PrometheusMetrics
@@ -199,11 +200,12 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "SyncInspectableLockBackend",
     ),
     "headway.lock.lease": ("Lease",),
-    "headway.lock.lock": ("Lock", "SyncLock"),
+    "headway.lock.lock": ("Lock",),
     "headway.lock.modes": ("LockMode",),
     "headway.lock.multi": ("MultiLock",),
     "headway.lock.once": ("RunOnceDecorator", "Skipped", "run_once"),
     "headway.lock.shared": ("ReadWriteLock", "Semaphore", "SyncReadWriteLock", "SyncSemaphore"),
+    "headway.lock.sync_lock": ("SyncLock",),
     "headway.lock.sync_multi": ("SyncMultiLock",),
     "headway.ratelimit.backends.contract": (
         "ConcurrencyBackend",

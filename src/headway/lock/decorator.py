@@ -23,9 +23,10 @@ from headway.lock.contract import (
     SyncModalLockBackend,
 )
 from headway.lock.lease import Lease, check_timeout, check_ttl
-from headway.lock.lock import Lock, SyncLock, _check_hold
+from headway.lock.lock import Lock, _check_hold
 from headway.lock.modes import READ, WRITE
 from headway.lock.shared import _require
+from headway.lock.sync_lock import SyncLock
 
 __all__ = ["LockDecorator", "SyncLockDecorator", "current_lease", "locked"]
 

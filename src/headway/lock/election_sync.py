@@ -25,8 +25,9 @@ from headway.lock.election import (
     same_term,
 )
 from headway.lock.lease import Lease
-from headway.lock.lock import SyncLock, _check_hold
+from headway.lock.lock import _check_hold
 from headway.lock.renewal import fresh_sync
+from headway.lock.sync_lock import SyncLock
 
 __all__ = ["SyncElection", "SyncLeadership"]
 

@@ -12,9 +12,10 @@ from headway._clock import Clock
 from headway.lock.contract import ModalLockBackend, SyncModalLockBackend
 from headway.lock.events import LockHook
 from headway.lock.introspection import LockState
-from headway.lock.lock import Lock, SyncLock
+from headway.lock.lock import Lock
 from headway.lock.modes import READ, WRITE, ModeKind
 from headway.lock.modes import permits as permits_mode
+from headway.lock.sync_lock import SyncLock
 
 __all__ = ["ReadWriteLock", "Semaphore", "SyncReadWriteLock", "SyncSemaphore"]
 
