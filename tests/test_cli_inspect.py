@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from headway import SyncLock, SyncMySQLLockBackend, SyncRateLimiter, SyncRedisLockBackend
 from headway.cli import main
 from headway.lock.shared import SyncReadWriteLock, SyncSemaphore
-from headway.ratelimit.backends.redis import SyncRedisRateLimitBackend
+from headway.ratelimit.backends.sync_redis import SyncRedisRateLimitBackend
 from headway.ratelimit.policies import FixedWindow, TokenBucket
 
 

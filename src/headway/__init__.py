@@ -98,13 +98,14 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         state_names,
     )
     from headway.ratelimit.backends.memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
-    from headway.ratelimit.backends.redis import RedisRateLimitBackend, SyncRedisRateLimitBackend
+    from headway.ratelimit.backends.redis import RedisRateLimitBackend
     from headway.ratelimit.backends.settling import (
         ReservingBackend,
         SyncReservingBackend,
         reserve_states,
         settle_states,
     )
+    from headway.ratelimit.backends.sync_redis import SyncRedisRateLimitBackend
     from headway.ratelimit.concurrency import ConcurrencyLimiter, SyncConcurrencyLimiter
     from headway.ratelimit.decision import Decision, PolicyDecision, Source
     from headway.ratelimit.http.decorator import RateLimitDecorator, rate_limit
@@ -219,7 +220,8 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "state_names",
     ),
     "headway.ratelimit.backends.memory": ("MemoryRateLimitBackend", "SyncMemoryRateLimitBackend"),
-    "headway.ratelimit.backends.redis": ("RedisRateLimitBackend", "SyncRedisRateLimitBackend"),
+    "headway.ratelimit.backends.redis": ("RedisRateLimitBackend",),
+    "headway.ratelimit.backends.sync_redis": ("SyncRedisRateLimitBackend",),
     "headway.ratelimit.concurrency": ("ConcurrencyLimiter", "SyncConcurrencyLimiter"),
     "headway.ratelimit.decision": ("Decision", "PolicyDecision", "Source"),
     "headway.ratelimit.http.decorator": ("RateLimitDecorator", "rate_limit"),

@@ -1,4 +1,4 @@
-"""The Redis rate-limit backend (single node or Cluster), async and sync shells.
+"""The Redis rate-limit backend (single node or Cluster); its sync shell is in ``sync_redis``.
 
 A decision is one call of ``ratelimit/decide.lua`` (or ``decide_one.lua``), preceded
 by the library script and the fragments of the algorithms its policies use
@@ -19,7 +19,6 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import redis
 from redis import asyncio as aioredis
 
 from headway._clock import Clock
@@ -27,7 +26,6 @@ from headway._errors import BackendUnavailable
 from headway._redis.errors import UNAVAILABLE, unavailable
 from headway._redis.resp import Packed
 from headway._redis.scripts import Script
-from headway._redis.sync_wire import SyncWire
 from headway._redis.wire import Wires, forget
 from headway.lock.backends.redis.mode_keys import (
     MODE_EXTEND,
@@ -56,7 +54,7 @@ from headway.ratelimit.leasing import Leasing
 from headway.ratelimit.policies import Concurrency, Policy
 from headway.ratelimit.slots import Grant, slot_key
 
-__all__ = ["RedisRateLimitBackend", "SyncRedisRateLimitBackend"]
+__all__ = ["RedisRateLimitBackend", "grant", "micros", "packing_in", "slot_calls", "slot_key_of"]
 
 #: Whether calls go over headway's pipelined connection (``_redis.wire``) unless told otherwise.
 OWN_CONNECTION = True
@@ -64,7 +62,7 @@ OWN_CONNECTION = True
 _FAILURES: tuple[type[BaseException], ...] = (BackendUnavailable, *UNAVAILABLE)
 
 
-def _grant(reply: int | Sequence[Any]) -> Grant:
+def grant(reply: int | Sequence[Any]) -> Grant:
     """``lock/modes/try.lua``'s reply: the slots held when granted, else those and the
     µs to wait."""
     if isinstance(reply, int):
@@ -75,14 +73,15 @@ def _grant(reply: int | Sequence[Any]) -> Grant:
 def slot_calls(policy: Concurrency, sharded: bool) -> ModeCalls:
     """The calls of ``policy``'s slots: a semaphore of ``policy.limit`` permits whose
     resources are the limiter's keys, its holders keys named by ``slots.slot_key``."""
-    return ModeCalls(permits(policy.limit), sharded, functools.partial(_slot_key, policy))
+    return ModeCalls(permits(policy.limit), sharded, functools.partial(slot_key_of, policy))
 
 
-def _slot_key(policy: Concurrency, key: str) -> str:
+def slot_key_of(policy: Concurrency, key: str) -> str:
+    """The key of ``policy``'s slots for the limiter's ``key`` (arguments in partial order)."""
     return slot_key(key, policy)
 
 
-def _packing_in(packings: dict[PolicySet, Packing], policies: PolicySet) -> Packing:
+def packing_in(packings: dict[PolicySet, Packing], policies: PolicySet) -> Packing:
     """``policies``' packing in ``packings``, made (and kept) if missing."""
     packing = packings.get(policies)
     if packing is None:
@@ -92,7 +91,7 @@ def _packing_in(packings: dict[PolicySet, Packing], policies: PolicySet) -> Pack
     return packing
 
 
-def _micros(clock: Clock | None) -> int | None:
+def micros(clock: Clock | None) -> int | None:
     """``clock``'s time in whole microseconds, or None: the scripts then read ``TIME``."""
     return None if clock is None else round(clock() * 1_000_000)
 
@@ -136,7 +135,7 @@ class RedisRateLimitBackend:
     def _packing(self, policies: PolicySet) -> Packing:
         packing = self._recent
         if packing is None or packing.policies is not policies:
-            packing = self._recent = _packing_in(self._packings, policies)
+            packing = self._recent = packing_in(self._packings, policies)
         return packing
 
     @classmethod
@@ -172,7 +171,7 @@ class RedisRateLimitBackend:
             keys = tuple(state_keys(key, policies))
         else:
             script = decide_script(policies)
-            keys, args = decide_call(key, policies, cost, peek, _micros(self.clock))
+            keys, args = decide_call(key, policies, cost, peek, micros(self.clock))
         try:
             reply = await self._wires.call(script, keys, args)
         except UNAVAILABLE as exc:
@@ -257,7 +256,7 @@ class RedisRateLimitBackend:
             args, keys = packing.packed_lease(cost, leasing), tuple(state_keys(key, policies))
         else:
             script = lease_script(policies)
-            keys, args = lease_call(key, policies, cost, leasing, back, _micros(self.clock))
+            keys, args = lease_call(key, policies, cost, leasing, back, micros(self.clock))
         try:
             reply = await self._wires.call(script, keys, args)
         except UNAVAILABLE as exc:
@@ -278,7 +277,7 @@ class RedisRateLimitBackend:
             keys = tuple(state_keys(key, policies))
         else:
             script = reserve_script(policies)
-            keys, args = reserve_call(key, policies, costs, _micros(self.clock))
+            keys, args = reserve_call(key, policies, costs, micros(self.clock))
         try:
             reply = await self._wires.call(script, keys, args)
         except UNAVAILABLE as exc:
@@ -294,7 +293,7 @@ class RedisRateLimitBackend:
         actual: Sequence[int],
     ) -> int:
         """Settle (see ``ReservingBackend.settle``): one call of ``ratelimit/settle.lua``."""
-        keys, args = settle_call(key, policies, at_us, charged, actual, _micros(self.clock))
+        keys, args = settle_call(key, policies, at_us, charged, actual, micros(self.clock))
         try:
             return int(await self._wires.call(settle_script(policies), keys, args))
         except UNAVAILABLE as exc:
@@ -340,10 +339,10 @@ class RedisRateLimitBackend:
 
         def orphan(reply: Any) -> None:  # granted to a caller who gave up: give it back
             wire = self._wires.ready_wire()
-            if wire is not None and _grant(reply).granted:
+            if wire is not None and grant(reply).granted:
                 forget(wire.submit(MODE_RELEASE, *calls.release(key, token, "", False)))
 
-        return _grant(await self._slot(MODE_TRY, calls.take(key, token, policy.ttl_ms), orphan))
+        return grant(await self._slot(MODE_TRY, calls.take(key, token, policy.ttl_ms), orphan))
 
     async def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
         """Give a slot back; False when its lease had ended. The semaphore's release, in
@@ -363,163 +362,4 @@ class RedisRateLimitBackend:
         held = await self._slot(MODE_EXTEND, calls.short_extend(key, token, ttl_ms))
         if held == -1:
             held = await self._slot(MODE_EXTEND, calls.extend(key, token, ttl_ms))
-        return bool(held)
-
-
-class SyncRedisRateLimitBackend:
-    """The synchronous Redis backend (``redis.Redis`` or ``redis.cluster.RedisCluster``).
-
-    The latency budget is the client's socket timeout: set it with ``from_url``.
-
-    Args:
-        client: A ``redis.Redis`` or ``redis.cluster.RedisCluster`` client.
-        own_connection: Send the scripts over sockets headway drives itself
-            (``_redis.sync_wire.SyncWire``; on a Cluster, per node); default True.
-            False goes through redis-py.
-        clock: As ``RedisRateLimitBackend``'s: for tests only; default None: the
-            server's clock.
-    """
-
-    name = "redis"
-
-    def __init__(
-        self, client: Any, *, own_connection: bool = True, clock: Clock | None = None
-    ) -> None:
-        self.client = client
-        self.clock = clock
-        self._wire = SyncWire(client, own_connection)
-        self._sharded = isinstance(client, redis.cluster.RedisCluster)
-        # As the async backend's: a decision's arguments packed once per policy set and cost.
-        self._packings: dict[PolicySet, Packing] = {}
-        self._slot_calls: dict[Concurrency, ModeCalls] = {}
-        self._recent_calls: tuple[Concurrency, ModeCalls] | None = None
-
-    @classmethod
-    def from_url(
-        cls, url: str, *, timeout: float = 1.0, own_connection: bool = True, **options: Any
-    ) -> SyncRedisRateLimitBackend:
-        """Connect to ``url``; other keyword arguments go to ``redis.Redis.from_url``.
-
-        Args:
-            url: The server's URL (``redis://``, ``rediss://``, ``unix://``).
-            timeout: The client's connect and socket timeouts, in seconds (unless
-                ``options`` set them); default 1.0. It is
-                the latency budget of every call.
-            own_connection: As for the constructor; default True.
-        """
-        options.setdefault("socket_connect_timeout", timeout)
-        options.setdefault("socket_timeout", timeout)
-        return cls(redis.Redis.from_url(url, **options), own_connection=own_connection)
-
-    def close(self) -> None:
-        """Close headway's connections (the client stays the caller's)."""
-        self._wire.close()
-
-    def decide(self, key: str, policies: Sequence[Policy], cost: int, peek: bool) -> Decision:
-        """Decide (see ``RateLimitBackend.decide``): one script call."""
-        script: Script
-        keys: Sequence[str]
-        args: Sequence[int | str] | Packed
-        if self.clock is None and isinstance(policies, PolicySet):
-            # Every argument but the cost is the limiter's own: packed once per cost. The
-            # client's time between calls is the server's too (measured: benchmarks/README.md).
-            packing = _packing_in(self._packings, policies)
-            script, args = packing.script, packing.packed_args(cost, peek)
-            keys = tuple(state_keys(key, policies))
-        else:
-            script = decide_script(policies)
-            keys, args = decide_call(key, policies, cost, peek, _micros(self.clock))
-        try:
-            reply = self._wire.call(script, keys, args)
-        except UNAVAILABLE as exc:
-            raise unavailable(exc) from exc
-        return decision_from_reply(reply, policies)
-
-    def lease(
-        self,
-        key: str,
-        policies: Sequence[Policy],
-        cost: int,
-        leasing: Leasing,
-        back: tuple[int, Sequence[int]] = (0, ()),
-    ) -> list[int]:
-        """Lease quota (see ``LeasingBackend.lease``): one call of ``ratelimit/lease.lua``."""
-        policies = PolicySet.of(policies)
-        keys, args = lease_call(key, policies, cost, leasing, back, _micros(self.clock))
-        try:
-            reply = self._wire.call(lease_script(policies), keys, args)
-        except UNAVAILABLE as exc:
-            raise unavailable(exc) from exc
-        return list(reply)
-
-    def reserve(
-        self, key: str, policies: Sequence[Policy], costs: Sequence[int]
-    ) -> tuple[Decision, int]:
-        """Reserve (see ``ReservingBackend.reserve``): one call of ``ratelimit/reserve.lua``."""
-        keys, args = reserve_call(key, policies, costs, _micros(self.clock))
-        try:
-            reply = self._wire.call(reserve_script(policies), keys, args)
-        except UNAVAILABLE as exc:
-            raise unavailable(exc) from exc
-        return decision_from_reply(reply[:-1], policies), int(reply[-1])
-
-    def settle(
-        self,
-        key: str,
-        policies: Sequence[Policy],
-        at_us: int,
-        charged: Sequence[int],
-        actual: Sequence[int],
-    ) -> int:
-        """Settle (see ``ReservingBackend.settle``): one call of ``ratelimit/settle.lua``."""
-        keys, args = settle_call(key, policies, at_us, charged, actual, _micros(self.clock))
-        try:
-            return int(self._wire.call(settle_script(policies), keys, args))
-        except UNAVAILABLE as exc:
-            raise unavailable(exc) from exc
-
-    def reset(self, key: str, policies: Sequence[Policy]) -> None:
-        """Delete every policy's state for ``key``."""
-        try:
-            self.client.delete(*state_keys(key, policies))
-        except UNAVAILABLE as exc:
-            raise unavailable(exc) from exc
-
-    def _calls(self, policy: Concurrency) -> ModeCalls:
-        recent = self._recent_calls
-        if recent is not None and recent[0] is policy:
-            return recent[1]  # one limiter per backend: found without hashing its policy
-        calls = self._slot_calls.get(policy)
-        if calls is None:
-            if len(self._slot_calls) >= 256:  # policies made per request: start afresh
-                self._slot_calls.clear()
-            calls = self._slot_calls[policy] = slot_calls(policy, self._sharded)
-        self._recent_calls = (policy, calls)
-        return calls
-
-    def _slot(self, script: Script, call: tuple[tuple[str, ...], list[Any]]) -> Any:
-        try:
-            return self._wire.call(script, call[0], call[1])
-        except UNAVAILABLE as exc:
-            raise unavailable(exc) from exc
-
-    def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
-        """Take a concurrency slot (see ``ConcurrencyBackend``): one script call."""
-        return _grant(self._slot(MODE_TRY, self._calls(policy).take(key, token, policy.ttl_ms)))
-
-    def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
-        """Give a slot back; False when its lease had ended (see the async backend's)."""
-        calls, retried = self._calls(policy), not self._wire.enabled
-        if not retried:
-            done = released(self._slot(MODE_RELEASE, calls.short_release(key, token)))
-            if done != -1:
-                return bool(done)
-        return released(self._slot(MODE_RELEASE, calls.release(key, token, "", retried))) == 1
-
-    def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool:
-        """Renew a slot's lease; False when it had ended (the semaphore's renewal)."""
-        calls = self._calls(policy)
-        held = self._slot(MODE_EXTEND, calls.short_extend(key, token, ttl_ms))
-        if held == -1:
-            held = self._slot(MODE_EXTEND, calls.extend(key, token, ttl_ms))
         return bool(held)
