@@ -13,6 +13,7 @@ import gc
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from unittest.mock import ANY
 
 import pytest
 from redis import asyncio as aioredis
@@ -20,7 +21,9 @@ from redis.asyncio.sentinel import Sentinel
 
 from headway import (
     BackendUnavailable,
+    Election,
     FixedWindow,
+    Leader,
     Lock,
     LockNotAcquired,
     LockNotOwned,
@@ -94,6 +97,20 @@ async def test_the_backends_drive_a_sentinel_managed_client_over_their_own_conne
     # Not the redis-py fallback: the pipelined connection took the socket over.
     assert limits._wires.direct()
     assert locks._wires.direct()
+
+
+async def test_an_election_over_a_sentinel_managed_client(backends: Backends) -> None:
+    first = Election(backends.locks, "sentinel-leader", identity="node-1", ttl=5)
+    second = Election(backends.locks, "sentinel-leader", identity="node-2", ttl=5)
+    async with first.campaign() as term:
+        with pytest.raises(LockNotAcquired):
+            async with second.campaign(timeout=0):
+                pass
+        assert await second.leader() == Leader("node-1", term.term, ANY)
+    async with second.campaign(timeout=5) as later:
+        assert later.term > term.term
+        assert (await first.leader()) == Leader("node-2", later.term, ANY)
+    assert await first.leader() is None
 
 
 async def test_read_write_locks_and_semaphores_over_a_sentinel_managed_client(

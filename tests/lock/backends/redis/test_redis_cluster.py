@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+from unittest.mock import ANY
 
 import pytest
 import redis
 from redis.asyncio.cluster import RedisCluster
 
-from headway import Lock, LockNotAcquired, RedisLockBackend, SyncLock, SyncRedisLockBackend
+from headway import (
+    Election,
+    Leader,
+    Lock,
+    LockNotAcquired,
+    RedisLockBackend,
+    SyncLock,
+    SyncRedisLockBackend,
+)
 from headway.lock import flow
 from headway.lock.backends.redis.keys import lock_keys
 from headway.lock.backends.redis.mode_keys import mode_keys
@@ -39,6 +48,26 @@ async def test_cluster_locks_across_slots(cluster_port: int) -> None:
         await backend.release(lease)
     await backend.aclose()
     await client.aclose()
+
+
+async def test_cluster_election(cluster_port: int) -> None:
+    client = RedisCluster(host="127.0.0.1", port=cluster_port)
+    backend = RedisLockBackend(client)
+    first = Election(backend, "cluster-leader", identity="node-1", ttl=5)
+    second = Election(backend, "cluster-leader", identity="node-2", ttl=5)
+    try:
+        async with first.campaign() as term:
+            with pytest.raises(LockNotAcquired):
+                async with second.campaign(timeout=0):
+                    pass
+            assert await second.leader() == Leader("node-1", term.term, ANY)
+        async with second.campaign(timeout=5) as later:
+            assert later.term > term.term
+            assert await first.leader() == Leader("node-2", later.term, ANY)
+        assert await first.leader() is None
+    finally:
+        await backend.aclose()
+        await client.aclose()
 
 
 async def test_cluster_contention_is_exact_and_woken(cluster_port: int) -> None:
