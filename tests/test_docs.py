@@ -111,8 +111,8 @@ def test_every_page_is_in_the_site() -> None:
 
 #: The README's opening: install + demo, install + tests. `.ci/run` runs the second.
 OPENING = """```sh
-python3 -m pip install uv && python3 -m uv run headway demo                  # install, run the demo
-python3 -m pip install uv && python3 -m uv run pytest -n 2 --dist loadfile   # install, run the tests
+python3 -m pip install uv && python3 -m uv run headway demo                # install, run the demo
+python3 -m pip install uv && python3 -m uv run pytest -n 2 --dist loadfile # install, run the tests
 ```"""
 
 
