@@ -286,6 +286,7 @@ async def test_waiters_are_granted_in_the_order_they_asked(lock_backend: LockBac
     lock = Lock(lock_backend, "fifo", ttl=30, timeout=30)
     holder = await lock.acquire()
     asked = [asyncio.Event() for _ in range(4)]
+    go_on = asyncio.Event()  # waiters keep the lock until the newcomer has asked
     granted: list[int] = []
     fences: list[int] = []
 
@@ -294,6 +295,7 @@ async def test_waiters_are_granted_in_the_order_they_asked(lock_backend: LockBac
         lease = await lock.acquire()
         granted.append(i)
         fences.append(lease.fence)
+        await go_on.wait()
         await lock.release(lease)
 
     tasks = []
@@ -306,6 +308,7 @@ async def test_waiters_are_granted_in_the_order_they_asked(lock_backend: LockBac
     # A newcomer asking after the release comes after every waiter already in line.
     with pytest.raises(LockNotAcquired):
         await lock.acquire(timeout=0)
+    go_on.set()
     await asyncio.gather(*tasks)
     assert granted == [0, 1, 2, 3]
     assert fences == sorted(set(fences))  # strictly increasing, grant after grant
