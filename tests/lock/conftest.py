@@ -1,11 +1,14 @@
 """The backends the shared lock suites run over: one entry each in ``LOCK_BACKENDS``
-(async, for ``test_lock.py``, ``test_lock_hold.py``, ``test_queued.py``) and in
-``SYNC_LOCK_BACKENDS`` (for ``test_sync_lock.py``).
+(async, for ``test_lock.py``, ``test_lock_hold.py``, ``test_queued.py``, and
+``test_modes.py`` through ``modal_backend``) and in ``SYNC_LOCK_BACKENDS`` (for
+``test_sync_lock.py``, and ``test_sync_modes.py`` through ``sync_modal_backend``).
 
 A test that needs more than the contract asks for it with
 ``@pytest.mark.needs("capability")`` (one of ``CAPABILITIES``);
 a backend that cannot offer a capability by design says so, with the reason, in its
-entry's ``lacks``, and such tests are not generated for it (nothing is skipped).
+entry's ``lacks``, and such tests are not generated for it (nothing is skipped). The
+modal fixtures need ``modes`` of every test: they are the same tables' entries that
+offer read-write locks and semaphores.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ CAPABILITIES = {
     "inspect": "tells who holds a lock and how many wait (InspectableLockBackend)",
     "owner": "names each holder by its Lock's owner label (Holder.owner)",
     "line": "keeps its waiters in a line that inspect counts (LockState.waiting)",
+    "modes": "a ModalLockBackend: read, write and permits (ReadWriteLock, Semaphore)",
 }
 
 
@@ -177,6 +181,8 @@ def fast_zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeep
 
 _NO_QUEUE = "no queue of its own: the driver's primitives do not exist"
 _NO_OWNER = "a session's user-level lock keeps no token, and the session no label others read"
+_NO_MODES_MYSQL = "GET_LOCK has no shared mode and no counted one"
+_NO_MODES_REDLOCK = "no queue on its nodes to hold readers, writers and permits in order"
 
 #: name -> entry. A new async backend is one entry here.
 LOCK_BACKENDS: dict[str, Entry] = {
@@ -189,6 +195,7 @@ LOCK_BACKENDS: dict[str, Entry] = {
             "line": "no queue: inspect's waiting is always 0",
             "fifo": "no queue: a waiter retries after a random delay, whoever is first wins",
             "fair": "no queue: a releaser asks again at once while rivals sleep their delay",
+            "modes": _NO_MODES_REDLOCK,
         },
     ),
     "postgres": Entry(
@@ -207,6 +214,7 @@ LOCK_BACKENDS: dict[str, Entry] = {
             "owner": _NO_OWNER,
             "short_ttl": "the TTL is the session's wait_timeout, in whole seconds: a 0.1 s "
             "lease is held on the server for 1 s",
+            "modes": _NO_MODES_MYSQL,
         },
     ),
     "etcd": Entry(
@@ -223,6 +231,7 @@ LOCK_BACKENDS: dict[str, Entry] = {
         lacks={
             "queued": _NO_QUEUE + " (it implements LockBackend directly)",
             "inspect": "the contract's minimum: acquire, release, extend",
+            "modes": "the contract's minimum: no for_mode",
         },
     ),
 }
@@ -309,6 +318,7 @@ SYNC_LOCK_BACKENDS: dict[str, Entry] = {
             "owner": _NO_OWNER,
             "short_ttl": "the TTL is the session's wait_timeout, in whole seconds: a 0.1 s "
             "lease is held on the server for 1 s",
+            "modes": _NO_MODES_MYSQL,
         },
     ),
     # The async backends on a private event loop (``blocking``): their own lacks.
@@ -325,41 +335,23 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-#: name -> entry, for ``ReadWriteLock`` and ``Semaphore`` (``test_modes.py``): the
-#: backends that are a ``ModalLockBackend``. A new one is one entry here.
-MODAL_BACKENDS: dict[str, Entry] = {
-    "memory": Entry(_memory),
-    "redis": Entry(_redis),
-    "postgres": Entry(_postgres),
-    "zookeeper": Entry(_zookeeper),
-    "etcd": Entry(_etcd, lacks={"short_ttl": LOCK_BACKENDS["etcd"].lacks["short_ttl"]}),
-}
-
-#: name -> entry, for ``SyncReadWriteLock`` and ``SyncSemaphore``.
-SYNC_MODAL_BACKENDS: dict[str, Entry] = {
-    "redis": Entry(lambda request: _sync_redis(request, own_connection=True)),
-    # every call through redis-py: releases carry a call id (redis-py may send them twice)
-    "redis-py": Entry(lambda request: _sync_redis(request, own_connection=False)),
-    "postgres": Entry(_sync_postgres),
-    "etcd": Entry(_sync_etcd, lacks={"short_ttl": LOCK_BACKENDS["etcd"].lacks["short_ttl"]}),
-    "zookeeper": Entry(_sync_zookeeper),
-}
-
-_TABLES: Mapping[str, Mapping[str, Entry]] = {
-    "lock_backend": LOCK_BACKENDS,
-    "sync_lock_backend": SYNC_LOCK_BACKENDS,
-    "modal_backend": MODAL_BACKENDS,
-    "sync_modal_backend": SYNC_MODAL_BACKENDS,
+#: fixture -> (its table, what every test of the fixture needs)
+_TABLES: Mapping[str, tuple[Mapping[str, Entry], frozenset[str]]] = {
+    "lock_backend": (LOCK_BACKENDS, frozenset()),
+    "sync_lock_backend": (SYNC_LOCK_BACKENDS, frozenset()),
+    "modal_backend": (LOCK_BACKENDS, frozenset({"modes"})),
+    "sync_modal_backend": (SYNC_LOCK_BACKENDS, frozenset({"modes"})),
 }
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     needed = {c for mark in metafunc.definition.iter_markers("needs") for c in mark.args}
     assert needed <= CAPABILITIES.keys(), f"unknown capabilities {needed - CAPABILITIES.keys()}"
-    for fixture, table in _TABLES.items():
+    for fixture, (table, always) in _TABLES.items():
         if fixture in metafunc.fixturenames:
-            names = [name for name, entry in table.items() if not needed & entry.lacks.keys()]
-            assert names, f"{metafunc.definition.name}: no backend offers {needed}"
+            wanted = needed | always
+            names = [name for name, entry in table.items() if not wanted & entry.lacks.keys()]
+            assert names, f"{metafunc.definition.name}: no backend offers {wanted}"
             metafunc.parametrize(fixture, names, indirect=True)
 
 
@@ -372,15 +364,15 @@ async def lock_backend(request: pytest.FixtureRequest) -> AsyncIterator[LockBack
 
 @pytest.fixture
 async def modal_backend(request: pytest.FixtureRequest) -> AsyncIterator[ModalLockBackend]:
-    """Each entry of ``MODAL_BACKENDS`` that offers what the test ``needs``, in turn."""
-    async with MODAL_BACKENDS[request.param].make(request) as made:
+    """Each entry of ``LOCK_BACKENDS`` with ``modes`` and what the test ``needs``, in turn."""
+    async with LOCK_BACKENDS[request.param].make(request) as made:
         yield made
 
 
 @pytest.fixture
 def sync_modal_backend(request: pytest.FixtureRequest) -> Iterator[SyncModalLockBackend]:
-    """Each entry of ``SYNC_MODAL_BACKENDS`` that offers what the test ``needs``, in turn."""
-    with SYNC_MODAL_BACKENDS[request.param].make(request) as made:
+    """Each entry of ``SYNC_LOCK_BACKENDS`` with ``modes`` and what the test ``needs``."""
+    with SYNC_LOCK_BACKENDS[request.param].make(request) as made:
         yield made
 
 

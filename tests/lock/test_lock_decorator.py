@@ -1,6 +1,6 @@
 """``locked``: a function run under ``hold()`` on a name from its arguments, over every
 async backend in ``LOCK_BACKENDS`` (conftest), every sync one in ``SYNC_LOCK_BACKENDS``,
-and the read mode over every ``MODAL_BACKENDS`` entry."""
+and the read mode over every ``LOCK_BACKENDS`` entry with ``modes``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``ReadWriteLock`` and ``Semaphore`` over every backend in ``MODAL_BACKENDS`` (conftest)."""
+"""``ReadWriteLock`` and ``Semaphore`` over every entry of ``LOCK_BACKENDS`` (conftest)
+that offers ``modes``, and the refusal of every entry that lacks them."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ from headway import Lease, Lock, LockNotAcquired, LockNotOwned
 from headway.lock import flow
 from headway.lock.contract import ModalLockBackend
 from headway.lock.shared import ReadWriteLock, Semaphore
-from tests.lock.toy_backend import ToyLockBackend
+from tests.lock.conftest import LOCK_BACKENDS
 
 pytestmark = pytest.mark.anyio
+
+#: The entries of the shared table that offer no modes: each must refuse them.
+WITHOUT_MODES = [name for name, entry in LOCK_BACKENDS.items() if "modes" in entry.lacks]
 
 
 async def queued(
@@ -291,12 +295,17 @@ async def test_hold_works_in_every_mode(modal_backend: ModalLockBackend) -> None
         assert second.fence > lease.fence
 
 
-def test_a_backend_without_modes_is_refused_at_construction() -> None:
-    toy: Any = ToyLockBackend()
-    with pytest.raises(ValueError, match="toy lock backend does not offer read-write locks"):
-        ReadWriteLock(toy, "doc")
-    with pytest.raises(ValueError, match="does not offer semaphores"):
-        Semaphore(toy, "pool", permits=2)
+@pytest.mark.parametrize("name", WITHOUT_MODES)
+async def test_a_backend_without_modes_is_refused_at_construction(
+    name: str, request: pytest.FixtureRequest
+) -> None:
+    # The real backends the table says lack modes, made as the shared suites make them.
+    async with LOCK_BACKENDS[name].make(request) as backend:
+        refused = rf"the {name} lock backend does not offer {{}} \(it offers modes: none"
+        with pytest.raises(ValueError, match=refused.format("read-write locks")):
+            ReadWriteLock(backend, "doc")
+        with pytest.raises(ValueError, match=refused.format("semaphores")):
+            Semaphore(backend, "pool", permits=2)
 
 
 @pytest.mark.parametrize(

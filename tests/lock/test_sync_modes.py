@@ -1,5 +1,5 @@
-"""``SyncReadWriteLock`` and ``SyncSemaphore`` over every backend in ``SYNC_MODAL_BACKENDS``,
-with threads."""
+"""``SyncReadWriteLock`` and ``SyncSemaphore`` over every entry of ``SYNC_LOCK_BACKENDS``
+(conftest) that offers ``modes``, with threads; the refusal of every entry that lacks them."""
 
 from __future__ import annotations
 
@@ -17,8 +17,12 @@ from headway.lock import flow
 from headway.lock.backends.blocking import BlockingLockBackend
 from headway.lock.contract import SyncModalLockBackend
 from headway.lock.shared import SyncReadWriteLock, SyncSemaphore
+from tests.lock.conftest import SYNC_LOCK_BACKENDS
 
 WAIT = 10.0  # the longest any step of a test may take on a loaded machine
+
+#: The entries of the shared table that offer no modes: each must refuse them.
+WITHOUT_MODES = [name for name, entry in SYNC_LOCK_BACKENDS.items() if "modes" in entry.lacks]
 
 
 @pytest.fixture
@@ -304,3 +308,16 @@ def test_a_timed_out_waiter_leaves_no_place_in_line(
     # Nobody is left ahead: requests that do not wait are granted at once.
     rw.write.release(rw.write.acquire(timeout=0))
     semaphore.release(semaphore.acquire(timeout=0))
+
+
+@pytest.mark.parametrize("name", WITHOUT_MODES)
+def test_a_backend_without_modes_is_refused_at_construction(
+    name: str, request: pytest.FixtureRequest
+) -> None:
+    # The real backends the table says lack modes, made as the shared suites make them.
+    with SYNC_LOCK_BACKENDS[name].make(request) as backend:
+        refused = rf"the {name} lock backend does not offer {{}} \(it offers modes: none"
+        with pytest.raises(ValueError, match=refused.format("read-write locks")):
+            SyncReadWriteLock(backend, "doc")
+        with pytest.raises(ValueError, match=refused.format("semaphores")):
+            SyncSemaphore(backend, "pool", permits=2)
