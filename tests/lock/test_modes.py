@@ -323,13 +323,18 @@ async def test_a_writer_is_not_starved_by_a_stream_of_readers(
     modal_backend: ModalLockBackend,
 ) -> None:
     """Readers re-acquire back to back, overlapping, so the lock is never free; a writer
-    that queues is granted once the readers ahead of it leave, before any reader behind.
+    that queues is granted once the readers ahead of it leave, before any reader behind,
+    and its wait is measured: bounded by the holds of the readers ahead of it.
 
     Counted from the log of one event loop: a read request is "behind" if its acquire
     started after the writer held its place; "in flight" if it started before but was
     not answered yet (it may have reached the queue before or after the writer).
     """
     readers, hold, limit = 4, 0.1, 25
+    # For a loaded 2-core machine. A starved writer waits until the readers stop, after
+    # ``limit`` rounds behind it each (at least 2.5 s): past the bound of 4 ahead, 1.4 s.
+    margin = 1.0
+    waited_s = 0.0
     rw = ReadWriteLock(modal_backend, "stream", ttl=10, timeout=30)
     log: list[tuple[str, int, bool]] = []  # (what, reader or -1 for the writer, behind)
     acquiring = [False] * readers
@@ -355,12 +360,15 @@ async def test_a_writer_is_not_starved_by_a_stream_of_readers(
             await rw.read.release(lease)
 
     async def writer() -> None:
+        nonlocal waited_s
         await streaming.wait()
+        asked = asyncio.get_running_loop().time()
         task = await queued(rw.write, rw.write.acquire)
         log.append(("queued", -1, False))
         in_flight.update(i for i in range(readers) if acquiring[i])
         writer_queued.set()
         lease = await task
+        waited_s = asyncio.get_running_loop().time() - asked
         log.append(("grant", -1, False))
         log.append(("release", -1, False))
         await rw.write.release(lease)
@@ -372,6 +380,12 @@ async def test_a_writer_is_not_starved_by_a_stream_of_readers(
     queued_at = log.index(("queued", -1, False))
     granted_at = log.index(("grant", -1, False))
     waited = log[queued_at + 1 : granted_at]
+    # Its wait was the holds of the readers ahead: inside when it queued, or in flight.
+    inside: set[int] = set()
+    for what, i, _ in log[:queued_at]:
+        (inside.add if what == "grant" else inside.discard)(i)
+    ahead = inside | in_flight
+    assert waited_s <= len(ahead) * hold + margin, (waited_s, inside, in_flight)
     # Not one read request that came after the writer was granted before it.
     overtook = [e for e in waited if e[0] == "grant" and e[2]]
     assert overtook == [], f"{len(overtook)} later read requests overtook the writer"
