@@ -1,7 +1,8 @@
 """A throw-away ZooKeeper server (Debian's ``zookeeper.jar`` on a JRE) for tests and benchmarks.
 
 It listens on a free loopback port with a short ``tickTime``, so sessions can be as
-short as two ticks: a test can let a session expire in about a second. It is stopped
+short as two ticks: a test can let a session expire in about a second. It answers the
+``srvr`` and ``wchc`` (the watches of each session) four-letter commands. It is stopped
 by its PID.
 """
 
@@ -61,7 +62,7 @@ class ZooKeeperServer:
         config.write_text(
             f"tickTime={self.tick_ms}\ndataDir={self.folder / 'data'}\n"
             f"clientPort={self.port}\nclientPortAddress=127.0.0.1\n"
-            "admin.enableServer=false\n4lw.commands.whitelist=srvr\n"
+            "admin.enableServer=false\n4lw.commands.whitelist=srvr,wchc\n"
         )
         log = (self.folder / "server.log").open("ab")
         self.process = subprocess.Popen(

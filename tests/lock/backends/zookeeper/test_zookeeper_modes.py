@@ -1,13 +1,15 @@
 """Read-write locks and semaphores on the real (shared) ZooKeeper: the nodes they leave,
 the czxid fence, waiters woken by watches alone whatever order the nodes ahead vanish
 in (kazoo's read-write lock deadlocked in one: issue 649), a crashed holder's node gone
-with its session."""
+with its session; and, on a throw-away server that answers ``wchc``, the watches each
+waiter leaves on the server: only on what it must wait for."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import socket
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 from kazoo.client import KazooClient
@@ -17,6 +19,8 @@ from headway.lock import flow
 from headway.lock.backends.zookeeper.paths import family_path, sequence
 from headway.lock.modes import READ, WRITE, LockMode, fits, permits
 from headway.lock.shared import ReadWriteLock, Semaphore
+from tests.lock.test_modes import queued
+from tests.zookeeper_server import ZooKeeperServer
 
 pytestmark = [pytest.mark.anyio]
 
@@ -185,3 +189,109 @@ async def test_a_crashed_holders_node_goes_with_its_session(
     assert taken.fence > permit.fence
     await rw.read.release(reader)
     await semaphore.release(taken)
+
+
+def server_watches(server: ZooKeeperServer) -> dict[int, set[str]]:
+    """The data watches the server holds, by session id: its ``wchc`` command.
+
+    Asked of the server rather than of kazoo's registries: what the server keeps is
+    what it will fire, and so who a delete wakes. ``wchc`` is off by default (it walks
+    every watch); the throw-away server's whitelist enables it (``zookeeper_server``).
+    """
+    with socket.create_connection(("127.0.0.1", server.port), 5) as sock:
+        sock.sendall(b"wchc")
+        text = b"".join(iter(lambda: sock.recv(4096), b"")).decode()
+    assert "not in the whitelist" not in text, text
+    watched: dict[int, set[str]] = {}
+    for line in text.splitlines():
+        if line.startswith("0x"):
+            session = watched.setdefault(int(line, 16), set())
+        elif line.strip():
+            session.add(line.strip())
+    return watched
+
+
+@pytest.fixture
+async def make_fast_backend(fast_zookeeper: ZooKeeperServer, zk_prefix: str) -> AsyncIterator[Make]:
+    """Backends (one session each) on the throw-away server, whose ``wchc`` answers."""
+    made: list[ZooKeeperLockBackend] = []
+
+    def make() -> ZooKeeperLockBackend:
+        # Its sessions are capped at 2 s (20 ticks); kazoo pings within them.
+        backend = ZooKeeperLockBackend(fast_zookeeper.hosts, prefix=zk_prefix)
+        made.append(backend)
+        return backend
+
+    try:
+        yield make
+    finally:
+        for backend in made:
+            await backend.aclose()
+
+
+async def queue_waiters(
+    make: Make, kinds: list[str]
+) -> tuple[list[int], list[Lock], list[asyncio.Task[Lease]]]:
+    """A waiter of each kind ("read", "write", or a permit of 2), one session each, in
+    this order: their session ids, locks and acquiring tasks, each refused (watching)."""
+    sessions, locks, tasks = [], [], []
+    for kind in kinds:
+        backend = make()
+        rw = ReadWriteLock(backend, "doc", ttl=30, timeout=30)
+        lock = {"read": rw.read, "write": rw.write}.get(kind)
+        lock = lock or Semaphore(backend, "pool", permits=2, ttl=30, timeout=30)
+        tasks.append(await queued(lock, lock.acquire))  # refused: its watches are set
+        sessions.append(backend.client.client_id[0])
+        locks.append(lock)
+    return sessions, locks, tasks
+
+
+@pytest.mark.usefixtures("woken_only")
+async def test_each_waiter_watches_only_what_it_waits_for(
+    make_fast_backend: Make, fast_zookeeper: ZooKeeperServer, zk_prefix: str
+) -> None:
+    holder = make_fast_backend()
+    rw, semaphore = ReadWriteLock(holder, "doc", ttl=30), Semaphore(holder, "pool", permits=2)
+    writer, permits_held = await rw.write.acquire(), [await semaphore.acquire() for _ in "12"]
+    kinds = ["read", "read", "write", "read", "write", "permits", "permits"]
+    sessions, locks, waiting = await queue_waiters(make_fast_backend, kinds)
+    rw_nodes, pool_nodes = (
+        nodes_at(holder, family_path(zk_prefix, resource, family))
+        for resource, family in [("doc", "rw"), ("pool", "permits")]
+    )
+    expected = [
+        {rw_nodes[0]},  # a reader: the nearest writer ahead (the holder)
+        {rw_nodes[0]},  # the next reader too, not the reader just ahead
+        {rw_nodes[2]},  # a writer: the node just ahead (the second reader)
+        {rw_nodes[3]},  # a reader: the nearest writer ahead
+        {rw_nodes[4]},  # a writer: the node just ahead
+        set(pool_nodes[:2]),  # a permit of 2: the 2 nodes ahead (both holders)
+        set(pool_nodes[1:3]),  # the next: the 2 just ahead of it, not the first holder
+    ]
+    watched = server_watches(fast_zookeeper)
+    assert [watched.get(session, set()) for session in sessions] == expected
+    assert watched.get(holder.client.client_id[0], set()) == set()
+    # The writer leaves: only the two readers that watched it wake (and enter); the
+    # others keep the one watch they had, and nobody else was woken to set one again.
+    await rw.write.release(writer)
+    async with asyncio.timeout(10):
+        readers = await asyncio.gather(*waiting[:2])
+    watched = server_watches(fast_zookeeper)
+    assert [watched.get(session, set()) for session in sessions] == [set(), set(), *expected[2:]]
+    assert not any(task.done() for task in waiting[2:])
+    for task in waiting[2:]:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    for lock, lease in [
+        *zip(locks[:2], readers, strict=True),
+        *((semaphore, p) for p in permits_held),
+    ]:
+        await lock.release(lease)
+
+
+def nodes_at(backend: ZooKeeperLockBackend, folder: str) -> list[str]:
+    """The paths of the request nodes in ``folder`` in queue order (``backend``'s client)."""
+    return [
+        f"{folder}/{name}" for name in sorted(backend.client.get_children(folder), key=sequence)
+    ]
