@@ -318,6 +318,8 @@ class RecordStore:
         Raises:
             BackendUnavailable: The database is down or slower than ``timeout``.
             DatabaseNotMigrated: The records table does not exist.
+            RuntimeError: The claiming statement returned no row (a bug: its
+                ``RETURNING`` answers whether it inserted, took over or not).
         """
         if not one_statement(self.engine.dialect):
 
