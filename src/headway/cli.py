@@ -233,20 +233,32 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``headway`` console script."""
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line's arguments, checked as ``main`` runs them; a usage error exits
+    with status 2 (argparse's ``SystemExit``), having said why on stderr.
+
+    Args:
+        argv: The arguments after ``headway``; default None: ``sys.argv[1:]``.
+    """
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "demo":
         unknown = [name for name in args.scenes if name not in _demo.SCENES]
         if unknown:
             parser.error(f"unknown scene {unknown[0]!r}; choose from {', '.join(_demo.SCENES)}")
+    if args.command == "migrate" and args.downgrade and args.revision is None:
+        parser.error("migrate --downgrade needs --revision (e.g. --revision base removes all)")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``headway`` console script."""
+    args = parse_args(argv)
+    if args.command == "demo":
         asyncio.run(_demo.run(args.scenes or list(_demo.SCENES)))
         return 0
     if args.command in ("lock", "ratelimit"):
         return _look(args)
-    if args.command == "migrate" and args.downgrade and args.revision is None:
-        parser.error("migrate --downgrade needs --revision (e.g. --revision base removes all)")
     url = _url(args.url)
     # What the store logs (a missing table) is what this prints: said once, here.
     quiet = logging.getLogger("headway")
