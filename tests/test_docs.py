@@ -103,6 +103,19 @@ def test_every_public_name_is_on_a_reference_page() -> None:
     assert sorted(n for n in set(listed) if listed.count(n) > 1) == [], "listed twice"
 
 
+#: The pages a user reads to learn headway: the README and the guides (not the reference,
+#: which lists every name by construction, nor the decisions).
+USER_GUIDES = ["README.md", *(f for f in TRACKED if re.fullmatch(r"docs/[\w-]+\.md", f))]
+
+
+def test_every_public_name_is_in_a_guide() -> None:
+    import headway
+
+    text = "\n".join((ROOT / guide).read_text() for guide in USER_GUIDES)
+    unmentioned = [n for n in headway.__all__ if not re.search(rf"\b{n}\b", text)]
+    assert unmentioned == [], "public names only the reference shows: say in a guide what for"
+
+
 def test_every_page_is_in_the_site() -> None:
     nav = (ROOT / "mkdocs.yml").read_text()
     pages = [f.removeprefix("docs/") for f in GUIDES + HISTORIES if f.startswith("docs/")]
