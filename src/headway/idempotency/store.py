@@ -250,16 +250,9 @@ class RecordStore:
     async def get(self, scope: str, key: str) -> Record | None:
         """The live record for (scope, key), or None. One primary-key SELECT.
 
-        What the middleware replays from: the ``Record`` holds the stored response,
-        body and headers included. To look at a record without them, ``inspect``.
-
-        Args:
-            scope: Whose record: the caller's scope (HTTP) or the function's namespace.
-            key: The idempotency key.
-
-        Raises:
-            BackendUnavailable: The database is down or slower than ``timeout``.
-            DatabaseNotMigrated: The records table does not exist.
+        What the middleware replays from: the stored response, body and headers
+        included (``RecordBackend.get`` documents the arguments). To show a record to an
+        operator, ``inspect``.
         """
         row = await self._run(lambda: self.executor.first(GET, {"scope": scope, "key": key}))
         return None if row is None else read(row, scope, key)
