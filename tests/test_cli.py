@@ -69,6 +69,12 @@ def test_demo_function_scene(capsys: pytest.CaptureFixture[str]) -> None:
 # -- the database commands -------------------------------------------------------------------
 
 
+#: Each command that opens a database, with the arguments it needs.
+DATABASE_COMMANDS = [
+    ["migrate"], ["purge"], ["record", "--scope", "s", "k"], ["forget", "--scope", "s", "k"],
+]  # fmt: skip
+
+
 def sqlite_url(tmp_path: Path, name: str = "h.sqlite3") -> str:
     return f"sqlite+aiosqlite:///{tmp_path / name}"
 
@@ -84,13 +90,24 @@ def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
 
 
 def test_help_reads_as_plain_text(capsys: pytest.CaptureFixture[str]) -> None:
-    for argv in ([], ["demo"], ["migrate"], ["purge"], ["forget"], ["lock"], ["ratelimit"]):
+    for argv in (
+        [],
+        ["demo"],
+        ["migrate"],
+        ["purge"],
+        ["record"],
+        ["forget"],
+        ["lock"],
+        ["ratelimit"],
+    ):
         with pytest.raises(SystemExit) as exit_:
             main([*argv, "--help"])
         assert exit_.value.code == 0
         out = capsys.readouterr().out
         assert "``" not in out, out  # no reStructuredText markup
-        assert "Exit status: 0 done; 1 forget removed no record; 2" in " ".join(out.split())
+        assert "Exit status: 0 done; 1 forget removed no record, or record found none; 2" in (
+            " ".join(out.split())
+        )
 
 
 def test_migrate_says_what_it_did(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -125,7 +142,9 @@ def test_a_password_is_never_printed(postgres_url: str, capsys: pytest.CaptureFi
     assert url.render_as_string(hide_password=True) in out
 
 
-@pytest.mark.parametrize("command", [["purge"], ["forget", "--scope", "s", "k"]])
+@pytest.mark.parametrize(
+    "command", [["purge"], ["record", "--scope", "s", "k"], ["forget", "--scope", "s", "k"]]
+)
 def test_a_table_never_migrated_says_run_migrate(
     command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -142,7 +161,7 @@ def test_a_table_never_migrated_says_run_migrate(
         ("mysql+pymysql://app@db/app", "use mysql+aiomysql://app@db/app"),
     ],
 )
-@pytest.mark.parametrize("command", [["migrate"], ["purge"], ["forget", "--scope", "s", "k"]])
+@pytest.mark.parametrize("command", DATABASE_COMMANDS)
 def test_a_sync_url_names_the_async_one(
     command: list[str],
     url: str,
@@ -164,7 +183,7 @@ def test_a_sync_url_names_the_async_one(
         ("mysql+aiomysql://app@db/app", "aiomysql", "headway[mysql]"),
     ],
 )
-@pytest.mark.parametrize("command", [["migrate"], ["purge"], ["forget", "--scope", "s", "k"]])
+@pytest.mark.parametrize("command", DATABASE_COMMANDS)
 def test_a_missing_driver_names_the_extra(
     command: list[str],
     url: str,
@@ -180,7 +199,7 @@ def test_a_missing_driver_names_the_extra(
     )
 
 
-@pytest.mark.parametrize("command", [["migrate"], ["purge"], ["forget", "--scope", "s", "k"]])
+@pytest.mark.parametrize("command", DATABASE_COMMANDS)
 def test_an_unreachable_server_is_one_line(
     command: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:

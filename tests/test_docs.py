@@ -103,6 +103,41 @@ def test_every_public_name_is_on_a_reference_page() -> None:
     assert sorted(n for n in set(listed) if listed.count(n) > 1) == [], "listed twice"
 
 
+#: The pages a user reads to learn headway: the README and the guides (not the reference,
+#: which lists every name by construction, nor the decisions).
+USER_GUIDES = ["README.md", *(f for f in TRACKED if re.fullmatch(r"docs/[\w-]+\.md", f))]
+
+
+def test_every_public_name_is_in_a_guide() -> None:
+    import headway
+
+    text = "\n".join((ROOT / guide).read_text() for guide in USER_GUIDES)
+    unmentioned = [n for n in headway.__all__ if not re.search(rf"\b{n}\b", text)]
+    assert unmentioned == [], "public names only the reference shows: say in a guide what for"
+
+
+#: The guides in a user's order (issue 31): getting started, locks, rate limits,
+#: idempotency, metrics, extending, testing.
+ORDER = [
+    "getting-started.md", "locks.md", "ratelimit.md", "ratelimit-middleware.md",
+    "idempotency.md", "idempotent-functions.md", "metrics.md", "extending.md", "testing.md",
+]  # fmt: skip
+
+
+def _guides_in(text: str) -> list[str]:
+    """The guides ``text`` links or lists, in their first appearance's order."""
+    found = re.findall(r"(?:docs/|\(| )([\w-]+\.md)\b", text)
+    return list(dict.fromkeys(page for page in found if page in ORDER))
+
+
+def test_the_guides_are_in_a_users_order() -> None:
+    nav = (ROOT / "mkdocs.yml").read_text().split("\nnav:", 1)[1]
+    index = (ROOT / "docs/index.md").read_text().split("## Read in this order", 1)[1]
+    readme = (ROOT / "README.md").read_text().split("**The guides**", 1)[1].split("\n\n")[0]
+    for where, text in [("mkdocs.yml nav", nav), ("docs/index.md", index), ("README", readme)]:
+        assert _guides_in(text) == ORDER, where
+
+
 def test_every_page_is_in_the_site() -> None:
     nav = (ROOT / "mkdocs.yml").read_text()
     pages = [f.removeprefix("docs/") for f in GUIDES + HISTORIES if f.startswith("docs/")]

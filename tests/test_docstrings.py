@@ -22,6 +22,9 @@ option a docstring leaves out is an option the reference does not show. The conv
   mkdocstrings reads), not by a ``#:`` comment.
 - An ``Args:`` entry must name a parameter (no stale options), and a ``Raises:`` entry an
   exception that exists (a public headway error or a built-in).
+- Every exception class a covered callable's own body raises (``raise X(...)``) is named
+  in its ``Raises:`` (or its contract's), itself or by a base class:
+  ``test_docstring_raises.py``.
 """
 
 from __future__ import annotations

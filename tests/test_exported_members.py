@@ -86,6 +86,7 @@ def test_all_is_pinned() -> None:
         "RateLimiter",
         "ReadWriteLock",
         "RecordBackend",
+        "RecordState",
         "RecordStore",
         "RedisLockBackend",
         "RedisRateLimitBackend",

@@ -14,9 +14,10 @@ fine, in a fresh namespace. An HTML comment on the line before its fence may add
   its namespace, as one program with it.
 - ``<!-- snippet: skip reason="..." -->``: only for a block that cannot run by nature.
 
-```sh``, ```sql``, ```text and unlabelled blocks are not run. While a block runs, a
-connection to anything but the test services is refused: a block never reaches the
-developer's own Redis on 6379.
+```sql``, ```text and unlabelled blocks are not run; in ```sh blocks, ``headway``
+command lines are parsed, and run when they need no server, by ``test_snippets_sh.py``.
+While a block runs, a connection to anything but the test services is refused: a block
+never reaches the developer's own Redis on 6379.
 """
 
 from __future__ import annotations

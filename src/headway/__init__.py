@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     )
     from headway.idempotency.function import IdempotentDecorator, idempotent_function
     from headway.idempotency.middleware import IdempotencyMiddleware, idempotent
-    from headway.idempotency.record import ForgetOutcome
+    from headway.idempotency.record import ForgetOutcome, RecordState
     from headway.idempotency.serializers import JsonSerializer, Serializer
     from headway.idempotency.store import RecordStore
     from headway.lock.backends.etcd.backend import EtcdLockBackend
@@ -166,7 +166,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "fingerprint_fields",
     ),
     "headway.idempotency.middleware": ("IdempotencyMiddleware", "idempotent"),
-    "headway.idempotency.record": ("ForgetOutcome",),
+    "headway.idempotency.record": ("ForgetOutcome", "RecordState"),
     "headway.idempotency.store": ("RecordStore",),
     "headway.lock.backends.memory": ("MemoryLockBackend",),
     "headway.lock.backends.mysql.backend": ("MySQLLockBackend",),
@@ -362,6 +362,7 @@ __all__ = [
     "RateLimiter",
     "ReadWriteLock",
     "RecordBackend",
+    "RecordState",
     "RecordStore",
     "RedisLockBackend",
     "RedisRateLimitBackend",

@@ -1,5 +1,6 @@
-"""The ``headway`` command: migrate, purge and forget idempotency records; play the demo;
-look at a lock or a rate-limit key (``lock``, ``ratelimit``: ``_inspect_cli``).
+"""The ``headway`` command: migrate, purge, show (``record``) and forget idempotency
+records; play the demo; look at a lock or a rate-limit key (``lock``, ``ratelimit``:
+``_inspect_cli``).
 
 A database it cannot use (a sync URL, a driver not installed, a server it cannot reach, a
 table never migrated) is one line on stderr saying what to do, and exit status 2.
@@ -9,10 +10,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import json
 import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from datetime import datetime
 
 from alembic.util.exc import CommandError
 from redis.exceptions import RedisError
@@ -21,15 +25,17 @@ from sqlalchemy import exc as sa_exc
 from headway import __version__, _demo, _inspect_cli, _migrations
 from headway._database import shown
 from headway._errors import BackendUnavailable, DatabaseNotMigrated
-from headway.idempotency.record import ForgetOutcome
+from headway.idempotency.record import ForgetOutcome, RecordState
 
 DESCRIPTION = (
     "headway's command: create and upgrade the idempotency records table (migrate), "
-    "delete expired records (purge) or one record (forget), play the demo, and show who "
+    "delete expired records (purge) or one record (forget), show one record (record), play "
+    "the demo, and show who "
     "holds a lock (lock) or a rate-limit key's state (ratelimit)."
 )
 EPILOG = (
-    "Exit status: 0 done; 1 forget removed no record; 2 a usage error, or a server that "
+    "Exit status: 0 done; 1 forget removed no record, or record found none; 2 a usage "
+    "error, or a server that "
     "could not be used (the reason on stderr, in one line); 1 also for a ratelimit --reset "
     "not confirmed."
 )
@@ -38,6 +44,7 @@ URL_HELP = (
     "mysql+aiomysql://user@host/db (default: $HEADWAY_DATABASE_URL, else the embedded "
     f"SQLite file, {_migrations.DEFAULT_DATABASE_URL})"
 )
+SCOPE_HELP = "the record's scope column (the caller's hashed identity)"
 
 #: What a command can fail with that the user can act on (anything else is a bug: traceback).
 FAILURES = (
@@ -60,6 +67,16 @@ async def _purge(url: str, batch_size: int) -> int:
     store = RecordStore.from_url(url, create_table=False)
     try:
         return await store.purge(batch_size=batch_size)
+    finally:
+        await store.aclose()
+
+
+async def _inspect(url: str, scope: str, key: str) -> RecordState | None:
+    from headway.idempotency.store import RecordStore
+
+    store = RecordStore.from_url(url, create_table=False)
+    try:
+        return await store.inspect(scope, key)
     finally:
         await store.aclose()
 
@@ -108,6 +125,39 @@ def forget(args: argparse.Namespace, url: str) -> int:
     return 1
 
 
+#: How much of a fingerprint ``record`` prints: enough to tell two requests apart.
+FINGERPRINT_SHOWN = 12
+
+
+def _response(state: RecordState) -> str:
+    if state.response_status is None:
+        lease = state.lease_expires_at.isoformat() if state.lease_expires_at else "unknown"
+        return f"none yet (its holder's lease lapses at {lease})"
+    kept = "body not kept (over max_body)"
+    size = kept if state.response_size is None else f"body {state.response_size} bytes"
+    return f"status {state.response_status}, {size}"
+
+
+def record(args: argparse.Namespace, url: str) -> int:
+    """Show one record's status, times, fingerprint and response size (never its body)."""
+    state = asyncio.run(_inspect(url, args.scope, args.key))
+    key = repr(args.key)
+    if state is None:
+        print(f"no record for scope {args.scope!r} and key {key} in {shown(url)}")
+        return 1
+    fingerprint = f"{state.fingerprint[:FINGERPRINT_SHOWN]}..."
+    if args.json:
+        shape = dataclasses.asdict(state) | {"fingerprint": fingerprint}
+        print(json.dumps(shape, default=datetime.isoformat))  # status: a str already
+        return 0
+    print(f"record of key {key} (scope {args.scope!r}) in {shown(url)}: {state.status.value}")
+    print(f"  created      {state.created_at.isoformat()}")
+    print(f"  expires      {state.expires_at.isoformat()}")
+    print(f"  fingerprint  {fingerprint}  fence {state.fence}")
+    print(f"  response     {_response(state)}")
+    return 0
+
+
 def explain(exc: BaseException, url: str) -> str:
     """One line on what went wrong with the database at ``url``, and what to do."""
     if isinstance(exc, DatabaseNotMigrated | ValueError | ImportError | CommandError):
@@ -136,6 +186,7 @@ def _look(args: argparse.Namespace) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace, str], int]] = {
     "migrate": migrate,
     "purge": purge,
+    "record": record,
     "forget": forget,
 }
 
@@ -165,11 +216,16 @@ def _parser() -> argparse.ArgumentParser:
     purge = command("purge", "delete expired idempotency records")
     purge.add_argument("url", nargs="?", metavar="URL", help=URL_HELP)
     purge.add_argument("--batch-size", type=int, default=1000, help="rows per DELETE")
+    shown_record = command(
+        "record", "show one idempotency record: status, times, response size (never its body)"
+    )
+    shown_record.add_argument("key", metavar="KEY", help="the Idempotency-Key (without quotes)")
+    shown_record.add_argument("--scope", required=True, help=SCOPE_HELP)
+    shown_record.add_argument("url", nargs="?", metavar="URL", help=URL_HELP)
+    shown_record.add_argument("--json", action="store_true", help="print one JSON object")
     forget = command("forget", "delete one idempotency record so its key runs again")
     forget.add_argument("key", metavar="KEY", help="the Idempotency-Key (without quotes)")
-    forget.add_argument(
-        "--scope", required=True, help="the record's scope column (the caller's hashed identity)"
-    )
+    forget.add_argument("--scope", required=True, help=SCOPE_HELP)
     forget.add_argument("url", nargs="?", metavar="URL", help=URL_HELP)
     forget.add_argument(
         "--force", action="store_true", help="remove it even while a request holds it in flight"
@@ -177,20 +233,32 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``headway`` console script."""
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line's arguments, checked as ``main`` runs them; a usage error exits
+    with status 2 (argparse's ``SystemExit``), having said why on stderr.
+
+    Args:
+        argv: The arguments after ``headway``; default None: ``sys.argv[1:]``.
+    """
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "demo":
         unknown = [name for name in args.scenes if name not in _demo.SCENES]
         if unknown:
             parser.error(f"unknown scene {unknown[0]!r}; choose from {', '.join(_demo.SCENES)}")
+    if args.command == "migrate" and args.downgrade and args.revision is None:
+        parser.error("migrate --downgrade needs --revision (e.g. --revision base removes all)")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``headway`` console script."""
+    args = parse_args(argv)
+    if args.command == "demo":
         asyncio.run(_demo.run(args.scenes or list(_demo.SCENES)))
         return 0
     if args.command in ("lock", "ratelimit"):
         return _look(args)
-    if args.command == "migrate" and args.downgrade and args.revision is None:
-        parser.error("migrate --downgrade needs --revision (e.g. --revision base removes all)")
     url = _url(args.url)
     # What the store logs (a missing table) is what this prints: said once, here.
     quiet = logging.getLogger("headway")

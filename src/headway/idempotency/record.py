@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -13,13 +14,16 @@ from headway.idempotency.table import Status, db_now, records
 
 __all__ = [
     "GET",
+    "INSPECT",
     "RECORD_COLUMNS",
     "Claim",
     "ClaimOutcome",
     "ForgetOutcome",
     "Record",
+    "RecordState",
     "StoredResponse",
     "read",
+    "read_state",
 ]
 
 
@@ -105,3 +109,70 @@ def read(values: Sequence[Any], scope: str, key: str) -> Record:
         pairs = tuple([(str(k), str(v)) for k, v in headers or ()])
         response = StoredResponse(response_status, pairs, body)
     return Record(scope, key, fingerprint, _STATUSES[status], int(fence), response)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordState:
+    """What an operator may see of one live record (``RecordStore.inspect``): never the
+    stored body or headers, which hold the caller's data, only their size and status.
+
+    Attributes:
+        scope: Whose record: the caller's scope (HTTP) or the function's namespace.
+        key: The idempotency key.
+        status: PROCESSING (a request holds it) or COMPLETED (its response is stored).
+        fingerprint: The sha256 hex of what the request (or call) was.
+        fence: The fencing token every write to the record must carry.
+        created_at: When it was first claimed (database clock, UTC).
+        expires_at: When it stops being replayed and ``purge`` may delete it (UTC).
+        lease_expires_at: While PROCESSING, when its holder's lease lapses and a retry
+            may take it over (UTC); None once COMPLETED.
+        response_status: The stored response's status code; None while PROCESSING.
+        response_size: The stored body's length in bytes; None while PROCESSING, or
+            when the body was over ``max_body`` and not kept.
+    """
+
+    scope: str
+    key: str
+    status: Status
+    fingerprint: str
+    fence: int
+    created_at: datetime
+    expires_at: datetime
+    lease_expires_at: datetime | None
+    response_status: int | None
+    response_size: int | None
+
+
+#: ``inspect``'s statement: the body's length is computed by the database, so the body
+#: itself never leaves it.
+INSPECT = sa.select(
+    records.c.status,
+    records.c.fingerprint,
+    records.c.fence,
+    records.c.created_at,
+    records.c.expires_at,
+    records.c.lease_expires_at,
+    records.c.response_status,
+    sa.func.length(records.c.response_body),
+).where(
+    records.c.scope == sa.bindparam("scope"),
+    records.c.key == sa.bindparam("key"),
+    records.c.expires_at > db_now(),
+)
+
+
+def _utc(moment: datetime) -> datetime:
+    """SQLite and MySQL hand back naive datetimes, written in UTC (``db_now``)."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def read_state(values: Sequence[Any], scope: str, key: str) -> RecordState:
+    """The RecordState in ``INSPECT``'s values."""
+    status, fingerprint, fence, created, expires, lease, response_status, size = values
+    in_flight = status == Status.PROCESSING and lease is not None
+    return RecordState(
+        scope, key, _STATUSES[status], fingerprint, int(fence),
+        created_at=_utc(created), expires_at=_utc(expires),
+        lease_expires_at=_utc(lease) if in_flight else None,
+        response_status=response_status, response_size=None if size is None else int(size),
+    )  # fmt: skip

@@ -32,7 +32,17 @@ from headway.idempotency.executors import (
     SqlAlchemyExecutor,
     executor_for,
 )
-from headway.idempotency.record import GET, Claim, ForgetOutcome, Record, StoredResponse, read
+from headway.idempotency.record import (
+    GET,
+    INSPECT,
+    Claim,
+    ForgetOutcome,
+    Record,
+    RecordState,
+    StoredResponse,
+    read,
+    read_state,
+)
 from headway.idempotency.table import metadata, records
 
 __all__ = ["RecordStore"]
@@ -63,7 +73,8 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
 
 class RecordStore:
     """Idempotency records in SQL (PostgreSQL, SQLite, MySQL/MariaDB): the built-in
-    ``RecordBackend``, plus what operators need (``forget``, ``purge``, ``aclose``).
+    ``RecordBackend``, plus what operators need (``inspect``, ``forget``, ``purge``,
+    ``aclose``).
 
     A database that is down or too slow raises ``BackendUnavailable(backend="database")``;
     a missing table ``DatabaseNotMigrated``.
@@ -237,9 +248,34 @@ class RecordStore:
         return await self._run(lambda: run(*write)) == 1
 
     async def get(self, scope: str, key: str) -> Record | None:
-        """The live record for (scope, key), or None. One primary-key SELECT."""
+        """The live record for (scope, key), or None. One primary-key SELECT.
+
+        What the middleware replays from: the stored response, body and headers
+        included (``RecordBackend.get`` documents the arguments). To show a record to an
+        operator, ``inspect``.
+        """
         row = await self._run(lambda: self.executor.first(GET, {"scope": scope, "key": key}))
         return None if row is None else read(row, scope, key)
+
+    async def inspect(self, scope: str, key: str) -> RecordState | None:
+        """What an operator may see of the live record for (scope, key), or None.
+
+        Its status, times, fingerprint and fence, and the stored response's status code
+        and size, never its body or headers: the database measures the body, which never
+        leaves it (``headway record`` prints this). An expired record, not yet purged,
+        is None, as for ``get``.
+
+        Args:
+            scope: Whose record: the caller's scope (HTTP) or the function's namespace.
+            key: The idempotency key.
+
+        Raises:
+            BackendUnavailable: The database is down or slower than ``timeout``.
+            DatabaseNotMigrated: The records table does not exist.
+        """
+        params = {"scope": scope, "key": key}
+        row = await self._run(lambda: self._sqlalchemy.first(INSPECT, params))
+        return None if row is None else read_state(row, scope, key)
 
     async def claim(
         self,
@@ -275,6 +311,8 @@ class RecordStore:
         Raises:
             BackendUnavailable: The database is down or slower than ``timeout``.
             DatabaseNotMigrated: The records table does not exist.
+            RuntimeError: The claiming statement returned no row (a bug: its
+                ``RETURNING`` answers whether it inserted, took over or not).
         """
         if not one_statement(self.engine.dialect):
 

@@ -107,6 +107,10 @@ class Metering:
 
         Args:
             scope: The request's ASGI scope.
+
+        Raises:
+            TypeError: The estimate function returned something other than an int (a
+                bool counts as not an int).
         """
         estimate = self.estimate
         if isinstance(estimate, int):
