@@ -56,14 +56,16 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         SyncZooKeeperLockBackend,
     )
     from headway.lock.backends.zookeeper.backend import ZooKeeperLockBackend
+    from headway.lock.capabilities import (
+        MultiAcquireBackend,
+        SyncWindowClaimBackend,
+        WindowClaimBackend,
+    )
     from headway.lock.contract import (
         LockBackend,
         ModalLockBackend,
-        MultiAcquireBackend,
         SyncLockBackend,
         SyncModalLockBackend,
-        SyncWindowClaimBackend,
-        WindowClaimBackend,
     )
     from headway.lock.decorator import LockDecorator, SyncLockDecorator, current_lease, locked
     from headway.lock.election import Election, Leader, Leadership
@@ -181,14 +183,16 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "SyncRedlockBackend",
         "SyncZooKeeperLockBackend",
     ),
+    "headway.lock.capabilities": (
+        "MultiAcquireBackend",
+        "SyncWindowClaimBackend",
+        "WindowClaimBackend",
+    ),
     "headway.lock.contract": (
         "LockBackend",
         "ModalLockBackend",
-        "MultiAcquireBackend",
         "SyncLockBackend",
         "SyncModalLockBackend",
-        "SyncWindowClaimBackend",
-        "WindowClaimBackend",
     ),
     "headway.lock.decorator": ("LockDecorator", "SyncLockDecorator", "current_lease", "locked"),
     "headway.lock.election": ("Election", "Leader", "Leadership"),
