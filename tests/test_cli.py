@@ -202,12 +202,12 @@ def test_forget_says_what_it_found(tmp_path: Path, capsys: pytest.CaptureFixture
             await store.aclose()
 
     asyncio.run(in_flight())
-    assert main(["forget", "--scope", "s", "k", url]) == 1
+    assert main(["forget", "--caller", "s", "k", url]) == 1
     assert "a request holds it in flight (--force removes it)" in capsys.readouterr().out
-    assert main(["forget", "--scope", "s", "k", url, "--force"]) == 0
+    assert main(["forget", "--scope", "s", "k", url, "--force"]) == 0  # its first name
     assert "forgot the record of key 'k': its next request runs again" in capsys.readouterr().out
-    assert main(["forget", "--scope", "s", "k", url]) == 1
-    assert "no record for scope 's' and key 'k'" in capsys.readouterr().out
+    assert main(["forget", "--caller", "s", "k", url]) == 1
+    assert "no record for caller 's' and key 'k'" in capsys.readouterr().out
 
 
 def test_the_console_script_writes_one_line_for_a_table_never_migrated(tmp_path: Path) -> None:

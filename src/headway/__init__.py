@@ -38,7 +38,14 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     )
     from headway.idempotency.function import IdempotentDecorator, idempotent_function
     from headway.idempotency.middleware import IdempotencyMiddleware, idempotent
-    from headway.idempotency.record import ForgetOutcome
+    from headway.idempotency.record import (
+        Claim,
+        ClaimOutcome,
+        ForgetOutcome,
+        Record,
+        RecordStatus,
+        StoredResponse,
+    )
     from headway.idempotency.serializers import JsonSerializer, Serializer
     from headway.idempotency.store import RecordStore
     from headway.lock.backends.etcd.backend import EtcdLockBackend
@@ -168,7 +175,14 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "fingerprint_fields",
     ),
     "headway.idempotency.middleware": ("IdempotencyMiddleware", "idempotent"),
-    "headway.idempotency.record": ("ForgetOutcome",),
+    "headway.idempotency.record": (
+        "Claim",
+        "ClaimOutcome",
+        "ForgetOutcome",
+        "Record",
+        "RecordStatus",
+        "StoredResponse",
+    ),
     "headway.idempotency.store": ("RecordStore",),
     "headway.lock.backends.memory": ("MemoryLockBackend",),
     "headway.lock.backends.mysql.backend": ("MySQLLockBackend",),
@@ -295,6 +309,8 @@ __all__ = [
     "ApiKey",
     "AuthenticatedUser",
     "BackendUnavailable",
+    "Claim",
+    "ClaimOutcome",
     "ClientAddress",
     "Concurrency",
     "ConcurrencyBackend",
@@ -365,7 +381,9 @@ __all__ = [
     "RateLimitRefused",
     "RateLimiter",
     "ReadWriteLock",
+    "Record",
     "RecordBackend",
+    "RecordStatus",
     "RecordStore",
     "RedisLockBackend",
     "RedisRateLimitBackend",
@@ -385,6 +403,7 @@ __all__ = [
     "SlidingCounter",
     "SlidingLog",
     "Source",
+    "StoredResponse",
     "SyncConcurrencyBackend",
     "SyncConcurrencyLimiter",
     "SyncElection",

@@ -64,12 +64,12 @@ async def _purge(url: str, batch_size: int) -> int:
         await store.aclose()
 
 
-async def _forget(url: str, scope: str, key: str, force: bool) -> ForgetOutcome:
+async def _forget(url: str, caller: str, key: str, force: bool) -> ForgetOutcome:
     from headway.idempotency.store import RecordStore
 
     store = RecordStore.from_url(url, create_table=False)
     try:
-        return await store.forget(scope, key, force=force)
+        return await store.forget(caller, key, force=force)
     finally:
         await store.aclose()
 
@@ -96,7 +96,7 @@ def purge(args: argparse.Namespace, url: str) -> int:
 
 def forget(args: argparse.Namespace, url: str) -> int:
     """Delete one record; say whether it was removed, absent, or kept in flight."""
-    outcome = asyncio.run(_forget(url, args.scope, args.key, args.force))
+    outcome = asyncio.run(_forget(url, args.caller, args.key, args.force))
     key = repr(args.key)
     if outcome is ForgetOutcome.REMOVED:
         print(f"forgot the record of key {key}: its next request runs again")
@@ -104,7 +104,7 @@ def forget(args: argparse.Namespace, url: str) -> int:
     if outcome is ForgetOutcome.IN_FLIGHT:
         print(f"kept the record of key {key}: a request holds it in flight (--force removes it)")
     else:
-        print(f"no record for scope {args.scope!r} and key {key}: nothing to forget")
+        print(f"no record for caller {args.caller!r} and key {key}: nothing to forget")
     return 1
 
 
@@ -167,8 +167,13 @@ def _parser() -> argparse.ArgumentParser:
     purge.add_argument("--batch-size", type=int, default=1000, help="rows per DELETE")
     forget = command("forget", "delete one idempotency record so its key runs again")
     forget.add_argument("key", metavar="KEY", help="the Idempotency-Key (without quotes)")
+    # --scope: the option's first name (the table's column is still called so).
     forget.add_argument(
-        "--scope", required=True, help="the record's scope column (the caller's hashed identity)"
+        "--caller",
+        "--scope",
+        dest="caller",
+        required=True,
+        help="whose record: the caller's hashed id, the table's scope column (--scope: the same)",
     )
     forget.add_argument("url", nargs="?", metavar="URL", help=URL_HELP)
     forget.add_argument(

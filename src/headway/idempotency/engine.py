@@ -23,9 +23,8 @@ from headway._errors import BackendUnavailable, LockLost, LockNotAcquired, LockN
 from headway.idempotency.contract import RecordBackend
 from headway.idempotency.events import IdempotencyEventKind, IdempotencyHook
 from headway.idempotency.hooks import emit
-from headway.idempotency.record import Claim, ClaimOutcome, Record, StoredResponse
+from headway.idempotency.record import Claim, ClaimOutcome, Record, RecordStatus, StoredResponse
 from headway.idempotency.renewal import RequestLeases
-from headway.idempotency.table import Status
 from headway.lock.contract import LockBackend
 from headway.lock.driver import run_to_end
 from headway.lock.lease import Lease, check_timeout, check_ttl, new_token
@@ -229,7 +228,7 @@ class Engine:
         if not call.matches(record.fingerprint):
             await self._emit("key_reused", call)
             return Answer(Found.REUSED)
-        if record.status is not Status.COMPLETED or record.response is None:
+        if record.status is not RecordStatus.COMPLETED or record.response is None:
             return None
         await self._emit("replayed", call, record.fence)
         return Answer(Found.REPLAY, record.response)

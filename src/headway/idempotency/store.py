@@ -32,7 +32,8 @@ from headway.idempotency.executors import (
     SqlAlchemyExecutor,
     executor_for,
 )
-from headway.idempotency.record import GET, Claim, ForgetOutcome, Record, StoredResponse, read
+from headway.idempotency.record import Claim, ForgetOutcome, Record, StoredResponse
+from headway.idempotency.rows import GET, read
 from headway.idempotency.table import metadata, records
 
 __all__ = ["RecordStore"]
@@ -236,14 +237,14 @@ class RecordStore:
         run = (executor or self.executor).rowcount
         return await self._run(lambda: run(*write)) == 1
 
-    async def get(self, scope: str, key: str) -> Record | None:
-        """The live record for (scope, key), or None. One primary-key SELECT."""
-        row = await self._run(lambda: self.executor.first(GET, {"scope": scope, "key": key}))
-        return None if row is None else read(row, scope, key)
+    async def get(self, caller: str, key: str) -> Record | None:
+        """The live record for (caller, key), or None. One primary-key SELECT."""
+        row = await self._run(lambda: self.executor.first(GET, {"scope": caller, "key": key}))
+        return None if row is None else read(row, caller, key)
 
     async def claim(
         self,
-        scope: str,
+        caller: str,
         key: str,
         fingerprint: str,
         *,
@@ -264,7 +265,7 @@ class RecordStore:
         SQLite and MariaDB.
 
         Args:
-            scope: Whose record: the caller's scope (HTTP) or the function's namespace.
+            caller: Whose record: the HTTP caller's id or the function's namespace id.
             key: The idempotency key.
             fingerprint: What the request (or call) is, to tell a retry from a reuse.
             lease_token: The claiming worker's lease token.
@@ -280,41 +281,41 @@ class RecordStore:
 
             async def steps(conn: AsyncConnection) -> Claim:
                 return await claim_record(
-                    conn, scope, key, fingerprint,
+                    conn, caller, key, fingerprint,
                     fence=fence, lease_token=lease_token, lease_ttl=lease_ttl, ttl=self.ttl,
                 )  # fmt: skip
 
             return await self._transaction(steps)
         statement, params, mark = claim_statement(
-            self.engine.dialect, scope, key, fingerprint,
+            self.engine.dialect, caller, key, fingerprint,
             fence=fence, lease_token=lease_token, lease_ttl=lease_ttl, ttl=self.ttl,
         )  # fmt: skip
         row = await self._run(lambda: self.executor.first(statement, params))
         if row is None:  # RETURNING gives the row whether the claim inserted, took over or not
             raise RuntimeError("the claiming statement returned no row")
-        return claimed(row, mark, scope, key, fingerprint)
+        return claimed(row, mark, caller, key, fingerprint)
 
-    async def renew(self, scope: str, key: str, fence: int, lease_ttl: float) -> bool:
+    async def renew(self, caller: str, key: str, fence: int, lease_ttl: float) -> bool:
         """Extend our PROCESSING record's lease to ``lease_ttl`` s from now (database clock).
 
         False if the record is no longer ours (taken over, released or completed).
         """
-        return await self._accepted(writes.renew(scope, key, fence, lease_ttl))
+        return await self._accepted(writes.renew(caller, key, fence, lease_ttl))
 
-    async def complete(self, scope: str, key: str, fence: int, response: StoredResponse) -> bool:
+    async def complete(self, caller: str, key: str, fence: int, response: StoredResponse) -> bool:
         """Store ``response`` and mark the record COMPLETED, only if ``fence`` still owns it.
 
         Returns whether the write was accepted; False means a newer lease took
         the record over (or it was released), and nothing was written.
         """
-        return await self._accepted(writes.complete(scope, key, fence, response, self.ttl))
+        return await self._accepted(writes.complete(caller, key, fence, response, self.ttl))
 
-    async def release(self, scope: str, key: str, fence: int) -> bool:
+    async def release(self, caller: str, key: str, fence: int) -> bool:
         """Delete our PROCESSING record so a retry runs again; False if it is not ours."""
-        return await self._accepted(writes.release(scope, key, fence))
+        return await self._accepted(writes.release(caller, key, fence))
 
-    async def forget(self, scope: str, key: str, *, force: bool = False) -> ForgetOutcome:
-        """Delete the record of (scope, key) so the key runs again; say what was found.
+    async def forget(self, caller: str, key: str, *, force: bool = False) -> ForgetOutcome:
+        """Delete the record of (caller, key) so the key runs again; say what was found.
 
         For support staff letting a customer retry. A record still in flight
         (PROCESSING under a live lease) is kept unless ``force`` (``IN_FLIGHT``): removing
@@ -323,19 +324,19 @@ class RecordStore:
         record). Only ``REMOVED`` is true, as the bool this returned before.
 
         Args:
-            scope: Whose record (for HTTP, the caller's scope; for a function, its
-                namespace).
+            caller: Whose record: the HTTP caller's id or the function's namespace id
+                (the ``scope`` column; ``headway forget --caller``).
             key: The idempotency key.
             force: Delete a record still in flight too; default False.
 
         Raises:
             BackendUnavailable: The database is down or slower than ``timeout``.
         """
-        if await self._accepted(writes.forget(scope, key, force=force), self._sqlalchemy):
+        if await self._accepted(writes.forget(caller, key, force=force), self._sqlalchemy):
             return ForgetOutcome.REMOVED
         # Not removed: without force, a live record left is one in flight (the DELETE
         # takes completed, lease-expired and expired records).
-        if not force and await self.get(scope, key) is not None:
+        if not force and await self.get(caller, key) is not None:
             return ForgetOutcome.IN_FLIGHT
         return ForgetOutcome.NOT_FOUND
 
