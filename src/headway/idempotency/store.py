@@ -2,28 +2,23 @@
 
 Each operation is one statement (autocommitted on PostgreSQL: no BEGIN and COMMIT
 round trips; purge and MySQL's claim are a transaction), bounded by the store's
-timeout, with outages reported as
-``BackendUnavailable(backend="database")``. What the statements are lives beside
-it: ``claim`` (taking a record), ``writes`` (settling it) and ``record`` (values);
-how they travel, ``executors`` (the asyncpg driver on PostgreSQL, else SQLAlchemy).
+timeout, with outages reported as ``BackendUnavailable(backend="database")``
+(``outages``). What the statements are lives beside it: ``claim`` (taking a record),
+``writes`` (settling it), ``rows`` (reading it) and ``record`` (values); how they
+travel, ``executors`` (the asyncpg driver on PostgreSQL, else SQLAlchemy); the engine
+``from_url`` makes, ``store_engine``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import math
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.pool import QueuePool
 
 from headway._clock import within
-from headway._database import create_engine, parse, shown, table_missing
-from headway._errors import BackendUnavailable, DatabaseNotMigrated
+from headway._database import create_engine, parse
 from headway.idempotency import writes
 from headway.idempotency.claim import claim_record, claim_statement, claimed, one_statement
 from headway.idempotency.executors import (
@@ -32,34 +27,15 @@ from headway.idempotency.executors import (
     SqlAlchemyExecutor,
     executor_for,
 )
+from headway.idempotency.outages import Outages
 from headway.idempotency.record import Claim, ForgetOutcome, Record, StoredResponse
 from headway.idempotency.rows import GET, read
-from headway.idempotency.table import metadata, records
+from headway.idempotency.store_engine import keepable, options_for
+from headway.idempotency.table import metadata
 
 __all__ = ["RecordStore"]
 
 T = TypeVar("T")
-
-log = logging.getLogger("headway.idempotency")
-
-#: Seconds between two log lines about a missing table (the first is logged at once).
-REPORT_EVERY = 300.0
-
-#: ``from_url``'s engine on a database server: no connection opened and closed per
-#: request under concurrency (SQLAlchemy's default, 5 + 10 overflow, churned one per
-#: request beyond five in flight); docs/decisions/idempotency.md has the numbers.
-SERVER_ENGINE: dict[str, Any] = {"pool_size": 20, "max_overflow": 0}
-#: SQLite: one writer at a time, so writers wait for the file lock rather than fail.
-SQLITE_ENGINE: dict[str, Any] = {"connect_args": {"timeout": 30}}
-
-#: Database errors that mean "cannot answer now" rather than "you asked wrongly".
-UNAVAILABLE: tuple[type[BaseException], ...] = (
-    sa_exc.OperationalError,
-    sa_exc.InterfaceError,
-    sa_exc.TimeoutError,  # pool checkout
-    OSError,
-    TimeoutError,
-)
 
 
 class RecordStore:
@@ -96,6 +72,7 @@ class RecordStore:
         self.engine = engine
         self.ttl = float(ttl)
         self.timeout = float(timeout)
+        self._outages = Outages(engine.url)
         #: How the prebuilt statements (get, claim, the fenced writes) travel.
         self.executor: Executor = executor_for(engine, driver)
         # Statements built per call (forget) go through SQLAlchemy on every dialect.
@@ -151,17 +128,11 @@ class RecordStore:
         """
         parsed = parse(url)
         is_sqlite = parsed.get_backend_name() == "sqlite"
-        # No pool_pre_ping: it would add a round trip to each of a first execution's three
-        # statements. A connection cut by an outage fails its request (503, Retry-After)
-        # and SQLAlchemy then replaces every connection older than the failure.
-        given = dict(engine_options or {})
-        # Pool sizes are the queue pool's: another pool class given takes none of them.
-        defaults = SQLITE_ENGINE if is_sqlite else {} if "poolclass" in given else SERVER_ENGINE
-        options = {**defaults, **given}
+        options = options_for(is_sqlite, engine_options)
         engine = create_engine(parsed, **options)
         store = cls(engine, ttl=ttl, timeout=timeout, driver=driver)
         if isinstance(store.executor, AsyncpgExecutor):  # the engine is the store's alone
-            store.executor.kept.keep = _keepable(engine, options)
+            store.executor.kept.keep = keepable(engine, options)
         store._create = is_sqlite if create_table is None else create_table
         return store
 
@@ -191,33 +162,10 @@ class RecordStore:
                 return await within(self.timeout, self._after_table(op))
             return await within(self.timeout, op())
         except Exception as exc:
-            unavailable = self._unavailable(exc)
+            unavailable = self._outages.unavailable(exc)
             if unavailable is None:
                 raise
             raise unavailable from exc
-
-    def _unavailable(self, exc: Exception) -> BackendUnavailable | None:
-        """What ``exc`` means for the caller, when it means "cannot answer now"."""
-        if table_missing(exc, records.name):
-            return self._not_migrated()
-        if isinstance(exc, UNAVAILABLE):
-            return BackendUnavailable(f"database unavailable: {exc}", backend="database")
-        if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
-            return BackendUnavailable(f"database connection lost: {exc}", backend="database")
-        return None
-
-    _reported = -math.inf  # when a missing table was last logged (monotonic clock)
-
-    def _not_migrated(self) -> DatabaseNotMigrated:
-        """The error for a missing table, logged once every ``REPORT_EVERY`` seconds: every
-        keyed request fails until someone migrates, and one line says what to do."""
-        advice = f"run `headway migrate {shown(self.engine.url)}`"
-        message = f"the idempotency table {records.name} does not exist: {advice}"
-        now = time.monotonic()
-        if now - self._reported >= REPORT_EVERY:
-            self._reported = now
-            log.error("%s (until then, every keyed request is answered 503)", message)
-        return DatabaseNotMigrated(message, backend="database")
 
     async def _after_table(self, op: Callable[[], Awaitable[T]]) -> T:
         await self._table_ready()
@@ -367,14 +315,3 @@ class RecordStore:
         """Dispose of the engine's connections."""
         await self.executor.aclose()
         await self.engine.dispose()
-
-
-def _keepable(engine: AsyncEngine, options: Mapping[str, Any]) -> int:
-    """How many connections ``from_url``'s store keeps between statements: all but two of
-    its pool (for its statements that go through SQLAlchemy: forget, purge), and none
-    where the options ask the pool to check connections (recycle, pre-ping) or not to
-    pool them at all."""
-    checks = {"pool_recycle", "pool_pre_ping", "poolclass"} & options.keys()
-    if checks or not isinstance(engine.pool, QueuePool):
-        return 0
-    return max(0, engine.pool.size() - 2)
