@@ -71,7 +71,7 @@ def test_demo_function_scene(capsys: pytest.CaptureFixture[str]) -> None:
 
 #: Each command that opens a database, with the arguments it needs.
 DATABASE_COMMANDS = [
-    ["migrate"], ["purge"], ["record", "--scope", "s", "k"], ["forget", "--scope", "s", "k"],
+    ["migrate"], ["purge"], ["record", "--caller", "s", "k"], ["forget", "--scope", "s", "k"],
 ]  # fmt: skip
 
 
@@ -143,7 +143,7 @@ def test_a_password_is_never_printed(postgres_url: str, capsys: pytest.CaptureFi
 
 
 @pytest.mark.parametrize(
-    "command", [["purge"], ["record", "--scope", "s", "k"], ["forget", "--scope", "s", "k"]]
+    "command", [["purge"], ["record", "--caller", "s", "k"], ["forget", "--scope", "s", "k"]]
 )
 def test_a_table_never_migrated_says_run_migrate(
     command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -221,12 +221,12 @@ def test_forget_says_what_it_found(tmp_path: Path, capsys: pytest.CaptureFixture
             await store.aclose()
 
     asyncio.run(in_flight())
-    assert main(["forget", "--scope", "s", "k", url]) == 1
+    assert main(["forget", "--caller", "s", "k", url]) == 1
     assert "a request holds it in flight (--force removes it)" in capsys.readouterr().out
-    assert main(["forget", "--scope", "s", "k", url, "--force"]) == 0
+    assert main(["forget", "--scope", "s", "k", url, "--force"]) == 0  # its first name
     assert "forgot the record of key 'k': its next request runs again" in capsys.readouterr().out
-    assert main(["forget", "--scope", "s", "k", url]) == 1
-    assert "no record for scope 's' and key 'k'" in capsys.readouterr().out
+    assert main(["forget", "--caller", "s", "k", url]) == 1
+    assert "no record for caller 's' and key 'k'" in capsys.readouterr().out
 
 
 def test_the_console_script_writes_one_line_for_a_table_never_migrated(tmp_path: Path) -> None:

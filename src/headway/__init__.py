@@ -38,7 +38,15 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     )
     from headway.idempotency.function import IdempotentDecorator, idempotent_function
     from headway.idempotency.middleware import IdempotencyMiddleware, idempotent
-    from headway.idempotency.record import ForgetOutcome, RecordState
+    from headway.idempotency.record import (
+        Claim,
+        ClaimOutcome,
+        ForgetOutcome,
+        Record,
+        RecordState,
+        RecordStatus,
+        StoredResponse,
+    )
     from headway.idempotency.serializers import JsonSerializer, Serializer
     from headway.idempotency.store import RecordStore
     from headway.lock.backends.etcd.backend import EtcdLockBackend
@@ -56,14 +64,16 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         SyncZooKeeperLockBackend,
     )
     from headway.lock.backends.zookeeper.backend import ZooKeeperLockBackend
+    from headway.lock.capabilities import (
+        MultiAcquireBackend,
+        SyncWindowClaimBackend,
+        WindowClaimBackend,
+    )
     from headway.lock.contract import (
         LockBackend,
         ModalLockBackend,
-        MultiAcquireBackend,
         SyncLockBackend,
         SyncModalLockBackend,
-        SyncWindowClaimBackend,
-        WindowClaimBackend,
     )
     from headway.lock.decorator import LockDecorator, SyncLockDecorator, current_lease, locked
     from headway.lock.election import Election, Leader, Leadership
@@ -166,7 +176,15 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "fingerprint_fields",
     ),
     "headway.idempotency.middleware": ("IdempotencyMiddleware", "idempotent"),
-    "headway.idempotency.record": ("ForgetOutcome", "RecordState"),
+    "headway.idempotency.record": (
+        "Claim",
+        "ClaimOutcome",
+        "ForgetOutcome",
+        "Record",
+        "RecordState",
+        "RecordStatus",
+        "StoredResponse",
+    ),
     "headway.idempotency.store": ("RecordStore",),
     "headway.lock.backends.memory": ("MemoryLockBackend",),
     "headway.lock.backends.mysql.backend": ("MySQLLockBackend",),
@@ -181,14 +199,16 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "SyncRedlockBackend",
         "SyncZooKeeperLockBackend",
     ),
+    "headway.lock.capabilities": (
+        "MultiAcquireBackend",
+        "SyncWindowClaimBackend",
+        "WindowClaimBackend",
+    ),
     "headway.lock.contract": (
         "LockBackend",
         "ModalLockBackend",
-        "MultiAcquireBackend",
         "SyncLockBackend",
         "SyncModalLockBackend",
-        "SyncWindowClaimBackend",
-        "WindowClaimBackend",
     ),
     "headway.lock.decorator": ("LockDecorator", "SyncLockDecorator", "current_lease", "locked"),
     "headway.lock.election": ("Election", "Leader", "Leadership"),
@@ -291,6 +311,8 @@ __all__ = [
     "ApiKey",
     "AuthenticatedUser",
     "BackendUnavailable",
+    "Claim",
+    "ClaimOutcome",
     "ClientAddress",
     "Concurrency",
     "ConcurrencyBackend",
@@ -361,8 +383,10 @@ __all__ = [
     "RateLimitRefused",
     "RateLimiter",
     "ReadWriteLock",
+    "Record",
     "RecordBackend",
     "RecordState",
+    "RecordStatus",
     "RecordStore",
     "RedisLockBackend",
     "RedisRateLimitBackend",
@@ -382,6 +406,7 @@ __all__ = [
     "SlidingCounter",
     "SlidingLog",
     "Source",
+    "StoredResponse",
     "SyncConcurrencyBackend",
     "SyncConcurrencyLimiter",
     "SyncElection",

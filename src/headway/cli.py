@@ -44,7 +44,9 @@ URL_HELP = (
     "mysql+aiomysql://user@host/db (default: $HEADWAY_DATABASE_URL, else the embedded "
     f"SQLite file, {_migrations.DEFAULT_DATABASE_URL})"
 )
-SCOPE_HELP = "the record's scope column (the caller's hashed identity)"
+#: --scope: the option's first name, still accepted (the table's column is still called so).
+CALLER_OPTION = ("--caller", "--scope")
+CALLER_HELP = "whose record: the caller's hashed id, the table's scope column (--scope: the same)"
 
 #: What a command can fail with that the user can act on (anything else is a bug: traceback).
 FAILURES = (
@@ -71,22 +73,22 @@ async def _purge(url: str, batch_size: int) -> int:
         await store.aclose()
 
 
-async def _inspect(url: str, scope: str, key: str) -> RecordState | None:
+async def _inspect(url: str, caller: str, key: str) -> RecordState | None:
     from headway.idempotency.store import RecordStore
 
     store = RecordStore.from_url(url, create_table=False)
     try:
-        return await store.inspect(scope, key)
+        return await store.inspect(caller, key)
     finally:
         await store.aclose()
 
 
-async def _forget(url: str, scope: str, key: str, force: bool) -> ForgetOutcome:
+async def _forget(url: str, caller: str, key: str, force: bool) -> ForgetOutcome:
     from headway.idempotency.store import RecordStore
 
     store = RecordStore.from_url(url, create_table=False)
     try:
-        return await store.forget(scope, key, force=force)
+        return await store.forget(caller, key, force=force)
     finally:
         await store.aclose()
 
@@ -113,7 +115,7 @@ def purge(args: argparse.Namespace, url: str) -> int:
 
 def forget(args: argparse.Namespace, url: str) -> int:
     """Delete one record; say whether it was removed, absent, or kept in flight."""
-    outcome = asyncio.run(_forget(url, args.scope, args.key, args.force))
+    outcome = asyncio.run(_forget(url, args.caller, args.key, args.force))
     key = repr(args.key)
     if outcome is ForgetOutcome.REMOVED:
         print(f"forgot the record of key {key}: its next request runs again")
@@ -121,7 +123,7 @@ def forget(args: argparse.Namespace, url: str) -> int:
     if outcome is ForgetOutcome.IN_FLIGHT:
         print(f"kept the record of key {key}: a request holds it in flight (--force removes it)")
     else:
-        print(f"no record for scope {args.scope!r} and key {key}: nothing to forget")
+        print(f"no record for caller {args.caller!r} and key {key}: nothing to forget")
     return 1
 
 
@@ -140,17 +142,17 @@ def _response(state: RecordState) -> str:
 
 def record(args: argparse.Namespace, url: str) -> int:
     """Show one record's status, times, fingerprint and response size (never its body)."""
-    state = asyncio.run(_inspect(url, args.scope, args.key))
+    state = asyncio.run(_inspect(url, args.caller, args.key))
     key = repr(args.key)
     if state is None:
-        print(f"no record for scope {args.scope!r} and key {key} in {shown(url)}")
+        print(f"no record for caller {args.caller!r} and key {key} in {shown(url)}")
         return 1
     fingerprint = f"{state.fingerprint[:FINGERPRINT_SHOWN]}..."
     if args.json:
         shape = dataclasses.asdict(state) | {"fingerprint": fingerprint}
         print(json.dumps(shape, default=datetime.isoformat))  # status: a str already
         return 0
-    print(f"record of key {key} (scope {args.scope!r}) in {shown(url)}: {state.status.value}")
+    print(f"record of key {key} (caller {args.caller!r}) in {shown(url)}: {state.status.value}")
     print(f"  created      {state.created_at.isoformat()}")
     print(f"  expires      {state.expires_at.isoformat()}")
     print(f"  fingerprint  {fingerprint}  fence {state.fence}")
@@ -220,12 +222,12 @@ def _parser() -> argparse.ArgumentParser:
         "record", "show one idempotency record: status, times, response size (never its body)"
     )
     shown_record.add_argument("key", metavar="KEY", help="the Idempotency-Key (without quotes)")
-    shown_record.add_argument("--scope", required=True, help=SCOPE_HELP)
+    shown_record.add_argument(*CALLER_OPTION, dest="caller", required=True, help=CALLER_HELP)
     shown_record.add_argument("url", nargs="?", metavar="URL", help=URL_HELP)
     shown_record.add_argument("--json", action="store_true", help="print one JSON object")
     forget = command("forget", "delete one idempotency record so its key runs again")
     forget.add_argument("key", metavar="KEY", help="the Idempotency-Key (without quotes)")
-    forget.add_argument("--scope", required=True, help=SCOPE_HELP)
+    forget.add_argument(*CALLER_OPTION, dest="caller", required=True, help=CALLER_HELP)
     forget.add_argument("url", nargs="?", metavar="URL", help=URL_HELP)
     forget.add_argument(
         "--force", action="store_true", help="remove it even while a request holds it in flight"

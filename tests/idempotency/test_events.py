@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from headway import IdempotencyEvent, MemoryLockBackend, RecordStore
-from headway.idempotency.callers import scope_id
+from headway.idempotency.callers import caller_id
 from headway.idempotency.record import ClaimOutcome, ForgetOutcome, StoredResponse
 from tests.idempotency.apps import Bank, make_app
 
@@ -79,10 +79,10 @@ async def test_a_failing_hook_is_logged_and_changes_nothing(
 
 
 async def test_a_busy_claim_says_when_the_holders_lease_ends(store: RecordStore) -> None:
-    scope = scope_id("Bearer a")
-    claim = await store.claim(scope, "k", "f" * 64, fence=None, lease_token="t", lease_ttl=30)
+    caller = caller_id("Bearer a")
+    claim = await store.claim(caller, "k", "f" * 64, fence=None, lease_token="t", lease_ttl=30)
     assert claim.outcome is ClaimOutcome.CLAIMED
-    busy = await store.claim(scope, "k", "f" * 64, fence=None, lease_token="u", lease_ttl=30)
+    busy = await store.claim(caller, "k", "f" * 64, fence=None, lease_token="u", lease_ttl=30)
     assert busy.outcome is ClaimOutcome.BUSY
     assert busy.lease_left is not None
     assert 28 < busy.lease_left <= 30

@@ -64,32 +64,32 @@ async def test_postgresql_store_runs_its_statements_on_the_driver(engine: AsyncE
     assert sent.transactions == 0
 
 
-async def scenario(store: RecordStore, scope: str) -> list[Any]:
+async def scenario(store: RecordStore, caller: str) -> list[Any]:
     """Every answer a first execution, a duplicate, a takeover and a replay give."""
 
     async def claim(key: str, fingerprint: str, fence: int | None) -> Claim:
         return await store.claim(
-            scope, key, fingerprint, fence=fence, lease_token="t", lease_ttl=30
+            caller, key, fingerprint, fence=fence, lease_token="t", lease_ttl=30
         )
 
     def plain(claim: Claim) -> Any:  # lease_left counts down: whether there was one
-        record = None if claim.record is None else dataclasses.replace(claim.record, scope="")
+        record = None if claim.record is None else dataclasses.replace(claim.record, caller="")
         left = None if claim.lease_left is None else claim.lease_left > 0
         return claim.outcome, record, claim.fence, left
 
-    answers: list[Any] = [await store.get(scope, "a"), plain(await claim("a", "f", 5))]
+    answers: list[Any] = [await store.get(caller, "a"), plain(await claim("a", "f", 5))]
     answers += [plain(await claim("a", "other", 6)), plain(await claim("a", "f", 6))]
-    answers += [await store.renew(scope, "a", 5, 30), await store.renew(scope, "a", 4, 30)]
+    answers += [await store.renew(caller, "a", 5, 30), await store.renew(caller, "a", 4, 30)]
     async with store.engine.begin() as conn:  # a's lease ran out: a newer holder takes over
         await conn.execute(records.update().values(lease_expires_at=db_now(-1)))
-    answers += [plain(await claim("a", "f", 9)), await store.complete(scope, "a", 5, RESPONSE)]
-    answers += [await store.complete(scope, "a", 9, RESPONSE), plain(await claim("a", "f", 10))]
-    record = await store.get(scope, "a")
-    answers.append(None if record is None else dataclasses.replace(record, scope=""))
+    answers += [plain(await claim("a", "f", 9)), await store.complete(caller, "a", 5, RESPONSE)]
+    answers += [await store.complete(caller, "a", 9, RESPONSE), plain(await claim("a", "f", 10))]
+    record = await store.get(caller, "a")
+    answers.append(None if record is None else dataclasses.replace(record, caller=""))
     unlocked = await claim("b", "f", None)  # the store picks the fence
     assert unlocked.fence is not None
-    answers += [await store.release(scope, "b", unlocked.fence), await store.get(scope, "b")]
-    answers += [await store.release(scope, "b", unlocked.fence)]
+    answers += [await store.release(caller, "b", unlocked.fence), await store.get(caller, "b")]
+    answers += [await store.release(caller, "b", unlocked.fence)]
     return answers
 
 

@@ -21,7 +21,7 @@ from headway import (
     fingerprint_fields,
 )
 from headway._http import Scope
-from headway.idempotency.callers import scope_id
+from headway.idempotency.callers import caller_id
 from headway.idempotency.fingerprints import earlier_fingerprint
 from headway.idempotency.record import StoredResponse
 from headway.idempotency.request import digest
@@ -221,7 +221,7 @@ async def test_a_reordered_respaced_retry_is_a_replay(store: RecordStore) -> Non
 async def test_a_record_stored_before_the_upgrade_still_replays(store: RecordStore) -> None:
     """Records written by 0.1.0 hold a byte-for-byte fingerprint: the same bytes replay."""
     body = b'{"amount": 10, "currency": "EUR"}'
-    caller = scope_id("auth:" + digest(b"Bearer alice"))  # by_credentials, as 0.1.0 stored it
+    caller = caller_id("auth:" + digest(b"Bearer alice"))  # by_credentials, as 0.1.0 stored it
     http = {"method": "POST", "path": "/payments", "raw_path": b"/payments", "query_string": b""}
     old = earlier_fingerprint({**http, "headers": [(b"content-type", JSON.encode())]}, body)
     await store.claim(caller, "pay-1", old, fence=7, lease_token="t", lease_ttl=30)

@@ -22,7 +22,7 @@ from headway import (
     idempotent_function,
 )
 from headway.idempotency.arguments import CallIdentity
-from headway.idempotency.callers import scope_id
+from headway.idempotency.callers import caller_id
 from headway.idempotency.record import ClaimOutcome
 from headway.idempotency.table import records
 from tests.idempotency.functions import KITS, Kit, open_kit, resolve
@@ -407,9 +407,9 @@ async def test_a_dead_processs_record_is_taken_over_by_one_with_a_fresh_lock(
         return order
 
     key, fingerprint = CallIdentity(charge.__wrapped__, None, ())(("o-1",), {})  # type: ignore[attr-defined]
-    scope = scope_id("function:restart")
+    caller = caller_id("function:restart")
     dead = await store.claim(
-        scope, key, fingerprint, fence=10**6, lease_token="dead", lease_ttl=0.2
+        caller, key, fingerprint, fence=10**6, lease_token="dead", lease_ttl=0.2
     )
     assert dead.outcome is ClaimOutcome.CLAIMED
     with pytest.raises(IdempotencyInProgress):

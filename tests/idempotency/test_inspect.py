@@ -11,10 +11,9 @@ import pytest
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from headway import RecordStore
+from headway import RecordStatus, RecordStore, StoredResponse
 from headway.cli import main
-from headway.idempotency.record import StoredResponse
-from headway.idempotency.table import Status, metadata
+from headway.idempotency.table import metadata
 
 BODY = b'{"card": "4242 4242 4242 4242", "secret": "s3cret-body"}'
 
@@ -30,7 +29,7 @@ async def test_a_completed_record_shows_its_response_size_not_its_body(
     assert await store.complete("alice", "k", claim.fence, response)
     state = await store.inspect("alice", "k")
     assert state is not None
-    assert (state.scope, state.key, state.status) == ("alice", "k", Status.COMPLETED)
+    assert (state.caller, state.key, state.status) == ("alice", "k", RecordStatus.COMPLETED)
     assert (state.fingerprint, state.fence) == ("ab" * 32, claim.fence)
     assert (state.response_status, state.response_size) == (201, len(BODY))
     assert state.lease_expires_at is None
@@ -46,7 +45,7 @@ async def test_a_record_in_flight_shows_its_lease_and_no_response(store: RecordS
     await store.claim("alice", "k", "cd" * 32, lease_token="t", lease_ttl=30)
     state = await store.inspect("alice", "k")
     assert state is not None
-    assert state.status is Status.PROCESSING
+    assert state.status is RecordStatus.PROCESSING
     assert (state.response_status, state.response_size) == (None, None)
     assert state.lease_expires_at is not None
     lease = state.lease_expires_at - state.created_at
@@ -64,7 +63,7 @@ async def test_a_body_not_kept_has_no_size(store: RecordStore) -> None:
 
 
 @pytest.mark.anyio
-async def test_another_scope_or_key_has_no_record(store: RecordStore) -> None:
+async def test_another_caller_or_key_has_no_record(store: RecordStore) -> None:
     await store.claim("alice", "k", "ab" * 32, lease_token="t", lease_ttl=30)
     assert await store.inspect("bob", "k") is None
     assert await store.inspect("alice", "K") is None
@@ -104,9 +103,9 @@ def test_record_prints_the_record_without_its_body(
     cli_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fence = asyncio.run(_records(cli_url))
-    assert main(["record", "--scope", "alice", "k", cli_url]) == 0
+    assert main(["record", "--caller", "alice", "k", cli_url]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("record of key 'k' (scope 'alice') in ")
+    assert out.startswith("record of key 'k' (caller 'alice') in ")
     assert ": COMPLETED\n" in out
     assert f"fingerprint  abababababab...  fence {fence}\n" in out
     assert f"response     status 201, body {len(BODY)} bytes\n" in out
@@ -117,7 +116,7 @@ def test_record_prints_the_record_without_its_body(
 
 def test_record_as_json(cli_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     asyncio.run(_records(cli_url))
-    assert main(["record", "--scope", "alice", "k", cli_url, "--json"]) == 0
+    assert main(["record", "--caller", "alice", "k", cli_url, "--json"]) == 0
     shape = json.loads(capsys.readouterr().out)
     assert shape["status"] == "COMPLETED"
     assert (shape["response_status"], shape["response_size"]) == (201, len(BODY))
@@ -129,14 +128,14 @@ def test_record_of_another_caller_is_none_found(
     cli_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     asyncio.run(_records(cli_url))
-    assert main(["record", "--scope", "bob", "k", cli_url]) == 1
+    assert main(["record", "--caller", "bob", "k", cli_url]) == 1
     out = capsys.readouterr().out
-    assert out.startswith("no record for scope 'bob' and key 'k' in ")
+    assert out.startswith("no record for caller 'bob' and key 'k' in ")
     assert "s3cret-pw" not in out
 
 
-def test_record_without_a_scope_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+def test_record_without_a_caller_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["record", "k", "sqlite+aiosqlite:///unused.sqlite3"])
     assert exit_.value.code == 2
-    assert "--scope" in capsys.readouterr().err
+    assert "--caller" in capsys.readouterr().err

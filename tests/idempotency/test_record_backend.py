@@ -12,9 +12,15 @@ import asyncio
 import httpx
 import pytest
 
-from headway import MemoryLockBackend, RecordBackend, idempotent_function
-from headway.idempotency.record import Claim, ClaimOutcome, StoredResponse
-from headway.idempotency.table import Status
+from headway import (
+    Claim,
+    ClaimOutcome,
+    MemoryLockBackend,
+    RecordBackend,
+    RecordStatus,
+    StoredResponse,
+    idempotent_function,
+)
 
 from .apps import Bank, make_app
 from .toy_store import ToyRecordStore
@@ -38,13 +44,13 @@ async def test_claim_complete_then_replay(record_backend: RecordBackend) -> None
     assert claimed.fence is not None
     record = await record_backend.get("caller", "k")
     assert record is not None
-    assert (record.fingerprint, record.status) == (FINGERPRINT, Status.PROCESSING)
+    assert (record.fingerprint, record.status) == (FINGERPRINT, RecordStatus.PROCESSING)
     assert (record.fence, record.response) == (claimed.fence, None)
     assert await record_backend.complete("caller", "k", claimed.fence, RESPONSE)
     again = await claim(record_backend)
     assert again.outcome is ClaimOutcome.COMPLETED
     assert again.record is not None
-    assert (again.record.status, again.record.response) == (Status.COMPLETED, RESPONSE)
+    assert (again.record.status, again.record.response) == (RecordStatus.COMPLETED, RESPONSE)
     other = await claim(record_backend, "0" * 64)
     assert other.outcome is ClaimOutcome.MISMATCH
     assert other.record is not None
@@ -66,7 +72,7 @@ async def test_a_live_lease_is_busy_and_says_when_it_ends(record_backend: Record
     busy = await claim(record_backend)
     assert busy.outcome is ClaimOutcome.BUSY
     assert busy.record is not None
-    assert busy.record.status is Status.PROCESSING
+    assert busy.record.status is RecordStatus.PROCESSING
     assert busy.lease_left is None or 0 < busy.lease_left <= 30
 
 
@@ -89,7 +95,7 @@ async def test_a_lapsed_lease_is_taken_over_and_the_old_fence_refused(
     assert not await record_backend.release("caller", "k", old)
     record = await record_backend.get("caller", "k")
     assert record is not None
-    assert (record.status, record.fence) == (Status.PROCESSING, old + 1)
+    assert (record.status, record.fence) == (RecordStatus.PROCESSING, old + 1)
     assert await record_backend.complete("caller", "k", old + 1, RESPONSE)
 
 

@@ -4,9 +4,15 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from headway import BackendUnavailable, RecordStore
-from headway.idempotency.record import Claim, ClaimOutcome, StoredResponse
-from headway.idempotency.table import Status, db_now, records
+from headway import (
+    BackendUnavailable,
+    Claim,
+    ClaimOutcome,
+    RecordStatus,
+    RecordStore,
+    StoredResponse,
+)
+from headway.idempotency.table import db_now, records
 
 from .statements import Statements
 
@@ -34,11 +40,11 @@ async def test_claim_complete_get(store: RecordStore) -> None:
     assert (await claim(store, 5)).outcome is ClaimOutcome.CLAIMED
     record = await store.get("caller", "k")
     assert record is not None
-    assert (record.status, record.fence, record.response) == (Status.PROCESSING, 5, None)
+    assert (record.status, record.fence, record.response) == (RecordStatus.PROCESSING, 5, None)
     assert await store.complete("caller", "k", 5, RESPONSE)
     record = await store.get("caller", "k")
     assert record is not None
-    assert (record.status, record.response) == (Status.COMPLETED, RESPONSE)
+    assert (record.status, record.response) == (RecordStatus.COMPLETED, RESPONSE)
 
 
 async def test_keys_compare_byte_for_byte(store: RecordStore) -> None:
@@ -88,7 +94,7 @@ async def test_stale_fence_cannot_complete_after_takeover(store: RecordStore) ->
     assert not await store.release("caller", "k", 5)
     record = await store.get("caller", "k")
     assert record is not None
-    assert (record.status, record.fence, record.response) == (Status.PROCESSING, 7, None)
+    assert (record.status, record.fence, record.response) == (RecordStatus.PROCESSING, 7, None)
     assert await store.complete("caller", "k", 7, RESPONSE)
     assert not await store.complete("caller", "k", 7, RESPONSE)  # only once
 

@@ -18,10 +18,16 @@ pytestmark = pytest.mark.anyio
 
 class CountingBackend(headway.RedisLockBackend):
     extends = 0
+    #: Set once ``extends`` reaches ``wanted`` (0: never).
+    wanted = 0
+    renewed_enough: asyncio.Event | None = None
 
     async def _extend(self, resource: str, token: str, ttl_ms: int) -> bool:
         self.extends += 1
-        return await super()._extend(resource, token, ttl_ms)
+        renewed = await super()._extend(resource, token, ttl_ms)
+        if self.extends == self.wanted and self.renewed_enough is not None:
+            self.renewed_enough.set()
+        return renewed
 
 
 async def test_a_short_block_starts_no_watchdog_and_renews_nothing(
@@ -39,11 +45,16 @@ async def test_a_short_block_starts_no_watchdog_and_renews_nothing(
 
 async def test_a_long_block_keeps_its_lease_renewed(redis_client: aioredis.Redis) -> None:
     backend = CountingBackend(redis_client)
+    # Renewals come at least 0.25 s apart, so the eighth comes 2 s or more after the
+    # lease was taken: past its 1.5 s TTL, which only the renewals can have kept alive.
+    backend.wanted, backend.renewed_enough = 8, asyncio.Event()
     lock = headway.Lock(backend, "long", ttl=1.5)
     async with lock.hold(renew_every=0.25) as lease:
-        await asyncio.sleep(2.0)  # longer than the TTL: only renewals keep it
+        async with asyncio.timeout(10):
+            await backend.renewed_enough.wait()
         assert await redis_client.get(lock_keys("long").owner) == lease.token.encode()
-    assert backend.extends >= 4
+    # The block ends well within the 0.25 s before a ninth renewal would be due.
+    assert backend.extends == 8
     assert await redis_client.exists(lock_keys("long").owner) == 0
 
 

@@ -26,7 +26,8 @@ from headway import (
     SyncLock,
     run_once,
 )
-from headway.lock.contract import LockBackend, SyncLockBackend, WindowClaimBackend
+from headway.lock.capabilities import WindowClaimBackend
+from headway.lock.contract import LockBackend, SyncLockBackend
 
 pytestmark = pytest.mark.anyio
 

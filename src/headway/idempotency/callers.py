@@ -1,4 +1,4 @@
-"""Who sent a request with an Idempotency-Key: the caller scope its record is filed under.
+"""Who sent a request with an Idempotency-Key: the caller its record is filed under.
 
 A stored response may only ever go back to the caller who stored it. The scope
 function names the caller (a string: an account, a session, a hashed credential) or
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from headway._http import Scope, header
 from headway.idempotency.request import digest
 
-__all__ = ["UNVERIFIED", "Caller", "ScopeFunction", "by_credentials", "identify", "scope_id"]
+__all__ = ["UNVERIFIED", "Caller", "ScopeFunction", "by_credentials", "caller_id", "identify"]
 
 log = logging.getLogger("headway.idempotency")
 
@@ -29,13 +29,13 @@ ScopeFunction = Callable[[Scope], "str | Awaitable[str | None] | None"]
 tell."""
 
 
-def scope_id(caller: str) -> str:
-    """The stored scope of a named caller: a fixed-size hash of its name."""
+def caller_id(caller: str) -> str:
+    """The stored id of a named caller: a fixed-size hash of its name."""
     return digest(caller.encode())
 
 
-#: The stored scope of every caller the scope function could not name. Two parts, so
-#: no name hashed by ``scope_id`` (one part) can land in it.
+#: The stored id of every caller the scope function could not name. Two parts, so
+#: no name hashed by ``caller_id`` (one part) can land in it.
 UNVERIFIED = digest(b"headway", b"unverified")
 
 
@@ -88,4 +88,4 @@ async def identify(scope_function: ScopeFunction, scope: Scope) -> Caller:
         return _UNNAMED
     if not name:
         return _UNNAMED
-    return Caller(scope_id(name), named=True)
+    return Caller(caller_id(name), named=True)

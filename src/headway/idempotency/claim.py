@@ -24,15 +24,16 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from headway.idempotency.record import RECORD_COLUMNS, Claim, ClaimOutcome, Record, read
-from headway.idempotency.table import Status, db_now, records
+from headway.idempotency.record import Claim, ClaimOutcome, Record, RecordStatus
+from headway.idempotency.rows import RECORD_COLUMNS, read
+from headway.idempotency.table import db_now, records
 
 __all__ = ["claim_record", "claim_statement", "claimed", "one_statement"]
 
 
 def claim_statement(
     dialect: Dialect,
-    scope: str,
+    caller: str,
     key: str,
     fingerprint: str,
     *,
@@ -47,7 +48,7 @@ def claim_statement(
     # token, so "the row carries it" means exactly "this statement wrote it".
     mark = f"{lease_token[:47]}.{secrets.token_hex(8)}"
     params = {
-        "p_scope": scope, "p_key": key, "p_fingerprint": fingerprint, "p_mark": mark,
+        "p_scope": caller, "p_key": key, "p_fingerprint": fingerprint, "p_mark": mark,
         "p_lease_ttl": float(lease_ttl), "p_ttl": float(ttl),
         "p_first": first_fence() if fence is None else fence, "p_fence": fence,
     }  # fmt: skip
@@ -56,7 +57,7 @@ def claim_statement(
 
 async def claim_record(
     conn: AsyncConnection,
-    scope: str,
+    caller: str,
     key: str,
     fingerprint: str,
     *,
@@ -70,20 +71,20 @@ async def claim_record(
         from headway.idempotency.claim_steps import claim_in_steps
 
         return await claim_in_steps(
-            conn, scope, key, fingerprint,
+            conn, caller, key, fingerprint,
             fence=fence, lease_token=lease_token, lease_ttl=lease_ttl, ttl=ttl,
         )  # fmt: skip
     statement, params, mark = claim_statement(
-        conn.dialect, scope, key, fingerprint,
+        conn.dialect, caller, key, fingerprint,
         fence=fence, lease_token=lease_token, lease_ttl=lease_ttl, ttl=ttl,
     )  # fmt: skip
     row = (await conn.execute(statement, params)).one()
-    return claimed(row, mark, scope, key, fingerprint)
+    return claimed(row, mark, caller, key, fingerprint)
 
 
-def claimed(row: Sequence[Any], mark: str, scope: str, key: str, fingerprint: str) -> Claim:
+def claimed(row: Sequence[Any], mark: str, caller: str, key: str, fingerprint: str) -> Claim:
     """What the claiming statement's row (``_RETURNING``, by position) says."""
-    record = read(row[:6], scope, key)
+    record = read(row[:6], caller, key)
     lease_token, lease_expires_at, now = row[6:9]
     if lease_token == mark:
         return Claim(ClaimOutcome.CLAIMED, fence=record.fence)
@@ -99,7 +100,7 @@ def answer(record: Record, fingerprint: str, lease_left: float | None) -> Claim:
     """The claim's answer for a record that was not ours to take."""
     if record.fingerprint != fingerprint:
         return Claim(ClaimOutcome.MISMATCH, record)
-    if record.status is Status.COMPLETED:
+    if record.status is RecordStatus.COMPLETED:
         return Claim(ClaimOutcome.COMPLETED, record)
     return Claim(ClaimOutcome.BUSY, record, lease_left=lease_left)
 
@@ -109,7 +110,7 @@ def processing(fingerprint: Any, lease_token: Any, lease_ttl: Any, ttl: Any) -> 
     the named parameters of a statement built once."""
     return {
         "fingerprint": fingerprint,
-        "status": Status.PROCESSING.value,
+        "status": RecordStatus.PROCESSING.value,
         "lease_token": lease_token,
         "lease_expires_at": db_now(lease_ttl),
         "response_status": None,
@@ -126,7 +127,7 @@ def _take_over(fingerprint: Any, fence: Any) -> sa.ColumnElement[bool]:
     now = db_now()
     stalled = sa.and_(
         records.c.fingerprint == fingerprint,
-        records.c.status == Status.PROCESSING.value,
+        records.c.status == RecordStatus.PROCESSING.value,
         sa.or_(records.c.lease_expires_at.is_(None), records.c.lease_expires_at <= now),
     )
     if fence is not None:
@@ -163,11 +164,11 @@ def _statement(dialect: Dialect, *, locked: bool) -> Any:
 
 
 def _upsert(
-    dialect: Dialect, scope: Any, key: Any, first: Any, fence: Any, values: dict[str, Any]
+    dialect: Dialect, caller: Any, key: Any, first: Any, fence: Any, values: dict[str, Any]
 ) -> Any:
     """The one claiming statement for ``dialect`` (see the module's docstring)."""
     new = {**values, "fence": records.c.fence + 1 if fence is None else fence}
-    row = {"scope": scope, "key": key, "fence": first, **values}
+    row = {"scope": caller, "key": key, "fence": first, **values}
     when = _take_over(values["fingerprint"], fence)
     if dialect.name in ("postgresql", "sqlite"):
         sets = {name: sa.case((when, value), else_=records.c[name]) for name, value in new.items()}

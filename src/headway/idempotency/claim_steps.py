@@ -14,15 +14,16 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from headway.idempotency.claim import answer, first_fence, processing
-from headway.idempotency.record import RECORD_COLUMNS, Claim, ClaimOutcome, Record, read
-from headway.idempotency.table import Status, db_now, records, row_of
+from headway.idempotency.record import Claim, ClaimOutcome, Record, RecordStatus
+from headway.idempotency.rows import RECORD_COLUMNS, read
+from headway.idempotency.table import db_now, records, row_of
 
 __all__ = ["claim_in_steps"]
 
 
 async def claim_in_steps(
     conn: AsyncConnection,
-    scope: str,
+    caller: str,
     key: str,
     fingerprint: str,
     *,
@@ -35,16 +36,16 @@ async def claim_in_steps(
     values = processing(fingerprint, lease_token, lease_ttl, ttl)
     first = first_fence() if fence is None else fence
     insert = records.insert().prefix_with("IGNORE")
-    inserted = await conn.execute(insert.values(scope=scope, key=key, fence=first, **values))
+    inserted = await conn.execute(insert.values(scope=caller, key=key, fence=first, **values))
     if inserted.rowcount == 1:
         return Claim(ClaimOutcome.CLAIMED, fence=first)
-    found = await _current(conn, scope, key)
+    found = await _current(conn, caller, key)
     if found is None:
         return Claim(ClaimOutcome.BUSY)  # purged meanwhile: the caller may retry
     current, expired, lease_over, lease_left = found
     if not expired and (
         current.fingerprint != fingerprint
-        or current.status is Status.COMPLETED
+        or current.status is RecordStatus.COMPLETED
         or not lease_over
         or (fence is not None and fence <= current.fence)
     ):
@@ -56,7 +57,7 @@ async def claim_in_steps(
 
 
 async def _current(
-    conn: AsyncConnection, scope: str, key: str
+    conn: AsyncConnection, caller: str, key: str
 ) -> tuple[Record, bool, bool, float | None] | None:
     """The record as it stands, whether it expired, whether its lease is over, and how
     long that lease still lasts (seconds, database clock)."""
@@ -68,12 +69,12 @@ async def _current(
         sa.or_(lease.is_(None), lease <= now).label("lease_over"),
         lease,
         now.label("now"),
-    ).where(row_of(scope, key))
+    ).where(row_of(caller, key))
     row = (await conn.execute(query)).first()
     if row is None:
         return None
     left = None if row[8] is None else max(0.0, (row[8] - row.now).total_seconds())
-    return read(row[:6], scope, key), bool(row.expired), bool(row.lease_over), left
+    return read(row[:6], caller, key), bool(row.expired), bool(row.lease_over), left
 
 
 async def _take_over(
@@ -83,7 +84,7 @@ async def _take_over(
     taken = await conn.execute(
         records.update()
         .where(
-            row_of(current.scope, current.key),
+            row_of(current.caller, current.key),
             records.c.fence == current.fence,
             records.c.status == current.status.value,
         )

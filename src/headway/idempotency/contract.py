@@ -1,13 +1,18 @@
 """What an idempotency record store implements: ``RecordBackend``.
 
 The idempotency engine (``engine``: both faces, ``IdempotencyMiddleware`` and
-``idempotent_function``) keeps one record per (scope, key) and touches it only through
+``idempotent_function``) keeps one record per (caller, key) and touches it only through
 these five calls. ``RecordStore`` (SQL) is the built-in one; a store of your own (a
 document store, a key-value store with compare-and-set) implements the same five and
 is passed as ``store=``. See "Add an idempotency store" in ``docs/extending.md``.
 
-The values it returns live in ``headway.idempotency.record`` (``Record``, ``Claim``,
-``ClaimOutcome``, ``StoredResponse``) and ``headway.idempotency.table`` (``Status``).
+The values it takes and returns are plain values exported from ``headway`` (defined in
+``headway.idempotency.record``): ``Record``, ``RecordStatus``, ``Claim``,
+``ClaimOutcome``, ``StoredResponse``.
+
+**The caller** is whom a record belongs to: for HTTP, the id ``scope_function``'s name
+hashes to (or the unnamed callers' partition); for a function, an id derived from its
+``namespace``. Records of two callers never meet, even under one key.
 
 **Time** is the store's: a record is kept ``ttl`` s (the store's own setting, not an
 argument) and a record's lease lasts ``lease_ttl`` s, both counted on one clock every
@@ -23,7 +28,7 @@ worker whose record was taken over (it paused past its lease) cannot renew, comp
 release the new worker's record. The engine never chooses a fence.
 
 **Atomic**: ``claim`` decides and writes in one step against concurrent claims of the
-same (scope, key) from every process (of N concurrent claims at most one gets
+same (caller, key) from every process (of N concurrent claims at most one gets
 ``CLAIMED``); each fenced write is one compare-and-set. **Failure**: raise
 ``BackendUnavailable(..., backend="database")`` when the store cannot answer (bound every
 call by a timeout of your own); the middleware answers 503, nothing is recorded.
@@ -41,22 +46,22 @@ __all__ = ["RecordBackend"]
 class RecordBackend(Protocol):
     """Where idempotency records live: read, claim, renew, complete and release one record.
 
-    A record (``Record``) is (scope, key) with the request's ``fingerprint``, a
-    ``status`` (``Status.PROCESSING`` while a worker runs it, ``Status.COMPLETED`` once
+    A record (``Record``) is (caller, key) with the request's ``fingerprint``, a
+    ``status`` (``RecordStatus.PROCESSING`` while a worker runs it, ``COMPLETED`` once
     its response is stored), its ``fence`` and, once completed, its ``response``. A
     PROCESSING record also carries a lease (the claim's ``lease_token``, an end time on
     the store's clock) that its worker renews.
     """
 
-    async def get(self, scope: str, key: str) -> Record | None:
-        """The live record of (scope, key), or None (none, or its ``ttl`` ran out).
+    async def get(self, caller: str, key: str) -> Record | None:
+        """The live record of (caller, key), or None (none, or its ``ttl`` ran out).
 
         PROCESSING records are returned too (``response`` None), whether their lease
         lives or not. A COMPLETED record's ``response`` is what ``complete`` stored,
         its ``body`` None when that was stored without one.
 
         Args:
-            scope: Whose record: the caller's scope (HTTP) or the function's namespace.
+            caller: Whose record: the HTTP caller's id or the function's namespace id.
             key: The idempotency key.
 
         Raises:
@@ -65,9 +70,9 @@ class RecordBackend(Protocol):
         ...
 
     async def claim(
-        self, scope: str, key: str, fingerprint: str, *, lease_token: str, lease_ttl: float
+        self, caller: str, key: str, fingerprint: str, *, lease_token: str, lease_ttl: float
     ) -> Claim:
-        """Take the record of (scope, key) for this request, or say why not; atomic.
+        """Take the record of (caller, key) for this request, or say why not; atomic.
 
         - No live record: insert it, PROCESSING, with ``fingerprint``, a fence the store
           picks (see the module: never one an earlier claim of this key may hold),
@@ -83,11 +88,11 @@ class RecordBackend(Protocol):
           lease_left=s)``, ``s`` the seconds until that lease ends at the latest (None if
           unknown: the engine then says ``lease_ttl``).
 
-        The decision and the write are one step: of concurrent claims of one (scope,
+        The decision and the write are one step: of concurrent claims of one (caller,
         key), in any number of processes, at most one is CLAIMED.
 
         Args:
-            scope: Whose record: the caller's scope (HTTP) or the function's namespace.
+            caller: Whose record: the HTTP caller's id or the function's namespace id.
             key: The idempotency key.
             fingerprint: What the request (or call) is, to tell a retry from a reuse.
             lease_token: The claiming worker's lease token (random, its own).
@@ -98,7 +103,7 @@ class RecordBackend(Protocol):
         """
         ...
 
-    async def renew(self, scope: str, key: str, fence: int, lease_ttl: float) -> bool:
+    async def renew(self, caller: str, key: str, fence: int, lease_ttl: float) -> bool:
         """Move our record's lease end to ``lease_ttl`` s from now; whether it was ours.
 
         Only if the record is PROCESSING with ``fence`` (one compare-and-set); False,
@@ -106,7 +111,7 @@ class RecordBackend(Protocol):
         renews every third of ``lease_ttl`` and stops the work on False.
 
         Args:
-            scope: Whose record: the caller's scope (HTTP) or the function's namespace.
+            caller: Whose record: the HTTP caller's id or the function's namespace id.
             key: The idempotency key.
             fence: The fence our claim got.
             lease_ttl: The new lease in seconds from now, on the store's clock.
@@ -116,7 +121,7 @@ class RecordBackend(Protocol):
         """
         ...
 
-    async def complete(self, scope: str, key: str, fence: int, response: StoredResponse) -> bool:
+    async def complete(self, caller: str, key: str, fence: int, response: StoredResponse) -> bool:
         """Store ``response`` and mark our record COMPLETED; whether it was ours.
 
         Only if the record is PROCESSING with ``fence`` (one compare-and-set): then the
@@ -125,7 +130,7 @@ class RecordBackend(Protocol):
         nothing, otherwise: the outcome must not count (a newer worker owns the key).
 
         Args:
-            scope: Whose record: the caller's scope (HTTP) or the function's namespace.
+            caller: Whose record: the HTTP caller's id or the function's namespace id.
             key: The idempotency key.
             fence: The fence our claim got.
             response: The outcome to keep (status, headers, body).
@@ -135,14 +140,14 @@ class RecordBackend(Protocol):
         """
         ...
 
-    async def release(self, scope: str, key: str, fence: int) -> bool:
+    async def release(self, caller: str, key: str, fence: int) -> bool:
         """Delete our record so a retry runs again; whether it was ours.
 
         Only if the record is PROCESSING with ``fence`` (one compare-and-set); a
         COMPLETED record, or one another worker took over, is left as it is (False).
 
         Args:
-            scope: Whose record: the caller's scope (HTTP) or the function's namespace.
+            caller: Whose record: the HTTP caller's id or the function's namespace id.
             key: The idempotency key.
             fence: The fence our claim got.
 

@@ -23,9 +23,8 @@ from headway._errors import BackendUnavailable, LockLost, LockNotAcquired, LockN
 from headway.idempotency.contract import RecordBackend
 from headway.idempotency.events import IdempotencyEventKind, IdempotencyHook
 from headway.idempotency.hooks import emit
-from headway.idempotency.record import Claim, ClaimOutcome, Record, StoredResponse
+from headway.idempotency.record import Claim, ClaimOutcome, Record, RecordStatus, StoredResponse
 from headway.idempotency.renewal import RequestLeases
-from headway.idempotency.table import Status
 from headway.lock.contract import LockBackend
 from headway.lock.driver import run_to_end
 from headway.lock.lease import Lease, check_timeout, check_ttl, new_token
@@ -122,21 +121,9 @@ class Engine:
         if record is not None and (answer := await self._answer(call, record)) is not None:
             return answer
         lock = Lock(self.lock_backend, call.resource, ttl=self.lease_ttl, timeout=self.wait)
-        # Without ``wait`` the lock's request overlaps the claim's: the record's primary key
-        # and fence decide who runs, so neither round trip waits for the other. With it,
-        # the lock comes first: it is what a duplicate waits on.
         acquiring = asyncio.ensure_future(lock.acquire())
-        lease: Lease | None = None
         try:
-            if self.wait > 0:
-                lease = await self._locked(acquiring, call, None)
-            sent = time.monotonic()
-            claim = await self.store.claim(
-                call.caller, call.key, call.fingerprint,
-                lease_token=new_token(), lease_ttl=self.lease_ttl,
-            )  # fmt: skip
-            if self.wait == 0:
-                lease = await self._locked(acquiring, call, claim)
+            claim, lease, sent = await self._claim(call, acquiring)
         except LockNotAcquired:  # waited in vain, or the holder finished meanwhile
             return await self._settled(call, await self.store.get(call.caller, call.key), None)
         except BaseException:
@@ -146,25 +133,54 @@ class Engine:
             if claim.outcome is not ClaimOutcome.CLAIMED:
                 return await self._settled(call, claim.record, claim.lease_left)
             assert claim.fence is not None
-            await self._emit("claimed", call, claim.fence)
-            # The record's lease counted from when the claim was sent: never later than
-            # the database's.
-            leased = Lease(call.resource, "", claim.fence, sent + self.lease_ttl, self.lease_ttl)
             held = None if lease is None else (lock, lease)
-            leases = RequestLeases(self.store, call.caller, call.key, leased, held)
-            started = False
-            try:
-                async with leases.watchdog(self.lease_ttl):
-                    started = True
-                    await self._run(call, claim.fence, work)
-            except BaseException:
-                if not started:  # a nearly spent lease could not be renewed: nothing ran
-                    await self._release_record(call, claim.fence, quietly=True)
-                raise
+            await self._run_claimed(call, claim.fence, sent, held, work)
             return None
         finally:
             if lease is not None:
                 await _release_lock(lock, lease)
+
+    async def _claim(
+        self, call: Call, acquiring: asyncio.Future[Lease]
+    ) -> tuple[Claim, Lease | None, float]:
+        """Claim the record beside the lock being taken: the claim, the lock's lease (None
+        when running without it) and when the claim was sent (monotonic clock).
+
+        Without ``wait`` the lock's request overlaps the claim's: the record's primary key
+        and fence decide who runs, so neither round trip waits for the other. With it,
+        the lock comes first: it is what a duplicate waits on.
+        """
+        lease: Lease | None = None
+        if self.wait > 0:
+            lease = await self._locked(acquiring, call, None)
+        sent = time.monotonic()
+        claim = await self.store.claim(
+            call.caller, call.key, call.fingerprint,
+            lease_token=new_token(), lease_ttl=self.lease_ttl,
+        )  # fmt: skip
+        if self.wait == 0:
+            lease = await self._locked(acquiring, call, claim)
+        return claim, lease, sent
+
+    async def _run_claimed(
+        self, call: Call, fence: int, sent: float, held: tuple[Lock, Lease] | None, work: Work
+    ) -> None:
+        """Run ``work`` on the record claimed under ``fence`` at ``sent``, its lease (and
+        the lock's, ``held``) renewed meanwhile."""
+        await self._emit("claimed", call, fence)
+        # The record's lease counted from when the claim was sent: never later than the
+        # database's.
+        leased = Lease(call.resource, "", fence, sent + self.lease_ttl, self.lease_ttl)
+        leases = RequestLeases(self.store, call.caller, call.key, leased, held)
+        started = False
+        try:
+            async with leases.watchdog(self.lease_ttl):
+                started = True
+                await self._run(call, fence, work)
+        except BaseException:
+            if not started:  # a nearly spent lease could not be renewed: nothing ran
+                await self._release_record(call, fence, quietly=True)
+            raise
 
     async def _locked(
         self, acquiring: asyncio.Future[Lease], call: Call, claim: Claim | None
@@ -229,7 +245,7 @@ class Engine:
         if not call.matches(record.fingerprint):
             await self._emit("key_reused", call)
             return Answer(Found.REUSED)
-        if record.status is not Status.COMPLETED or record.response is None:
+        if record.status is not RecordStatus.COMPLETED or record.response is None:
             return None
         await self._emit("replayed", call, record.fence)
         return Answer(Found.REPLAY, record.response)

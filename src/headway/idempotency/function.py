@@ -28,7 +28,7 @@ from headway._errors import (
     ResultNotSerializable,
 )
 from headway.idempotency.arguments import CallIdentity
-from headway.idempotency.callers import scope_id
+from headway.idempotency.callers import caller_id
 from headway.idempotency.contract import RecordBackend
 from headway.idempotency.engine import Call, Engine, Found
 from headway.idempotency.events import IdempotencyHook
@@ -197,8 +197,8 @@ class _Runner:
         if not namespace:
             raise ValueError("namespace must not be empty")
         self.namespace = namespace
-        # Prefixed, so a function's records never share a scope with an HTTP caller's.
-        self.caller = scope_id(f"function:{namespace}")
+        # Prefixed, so a function's records never share a caller id with an HTTP caller's.
+        self.caller = caller_id(f"function:{namespace}")
         self.engine = Engine(
             store=store, lock_backend=lock_backend, source="function",
             lease_ttl=lease_ttl, wait=wait, on_event=on_event,

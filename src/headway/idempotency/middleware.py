@@ -161,38 +161,49 @@ class IdempotencyMiddleware:
             earlier = functools.partial(earlier_fingerprint, scope, body)
         return Call(caller.id, key, digest, named=caller.named, earlier=earlier)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in self.methods:
-            await self.app(scope, receive, send)
-            return
-        values = header_values(scope, HEADER)
+    async def _key(self, scope: Scope, values: list[bytes], send: Send) -> str | None:
+        """The request's Idempotency-Key; None once a 400 said why there is none."""
         if not values:
-            if self.required:
-                await send_problem(
-                    send, 400, "idempotency-key-missing", "Idempotency-Key required",
-                    f"{scope['method']} {scope['path']} needs an Idempotency-Key header.",
-                )  # fmt: skip
-            else:
-                await self.app(scope, receive, send)
-            return
+            await send_problem(
+                send, 400, "idempotency-key-missing", "Idempotency-Key required",
+                f"{scope['method']} {scope['path']} needs an Idempotency-Key header.",
+            )  # fmt: skip
+            return None
         try:
-            key = parse_key(values)
+            return parse_key(values)
         except InvalidKey as exc:
             await send_problem(
                 send, 400, "idempotency-key-malformed", "Malformed Idempotency-Key", str(exc)
             )
-            return
+            return None
+
+    async def _body(self, receive: Receive, send: Send) -> bytes | None:
+        """The whole request body; None if it is too large (answered 413) or the client
+        left before sending it."""
         try:
-            body = await read_body(receive, self.max_request_body)
+            return await read_body(receive, self.max_request_body)
         except BodyTooLarge:
             await send_problem(
                 send, 413, "idempotency-request-too-large", "Request Too Large",
                 f"A request with an Idempotency-Key may carry at most {self.max_request_body} "
                 "bytes: its body is read whole to fingerprint it. Nothing was done.",
             )  # fmt: skip
+            return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in self.methods:
+            await self.app(scope, receive, send)
             return
+        values = header_values(scope, HEADER)
+        if not values and not self.required:
+            await self.app(scope, receive, send)
+            return
+        key = await self._key(scope, values, send)
+        if key is None:
+            return  # answered 400
+        body = await self._body(receive, send)
         if body is None:
-            return  # the client left before sending its request
+            return  # too large (answered 413), or the client left before sending it
         call = await self._call(scope, key, body, send)
         if call is None:
             return  # the fingerprint function failed: answered 500

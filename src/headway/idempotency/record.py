@@ -1,35 +1,44 @@
-"""The record values a store returns, and how a row becomes one."""
+"""The values of an idempotency record, as a ``RecordBackend`` takes and returns them.
+
+Plain values, no storage: a store of your own builds them from what it keeps (``RecordStore``
+reads them from table rows in ``rows``). All are exported from ``headway``.
+"""
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
-
-import sqlalchemy as sa
-
-from headway.idempotency.table import Status, db_now, records
+from datetime import datetime
 
 __all__ = [
-    "GET",
-    "INSPECT",
-    "RECORD_COLUMNS",
     "Claim",
     "ClaimOutcome",
     "ForgetOutcome",
     "Record",
     "RecordState",
+    "RecordStatus",
     "StoredResponse",
-    "read",
-    "read_state",
 ]
+
+
+class RecordStatus(enum.StrEnum):
+    """Where a record stands: ``PROCESSING`` while a worker runs its request (under a
+    lease), ``COMPLETED`` once its response is stored."""
+
+    PROCESSING = "PROCESSING"
+    COMPLETED = "COMPLETED"
 
 
 @dataclass(frozen=True, slots=True)
 class StoredResponse:
-    """A response as kept in a record; ``body`` is None when it was too large to keep."""
+    """A response (or a function's result) as kept in a record.
+
+    Args:
+        status: The HTTP status (a function's result: 200).
+        headers: The header fields kept, as (name, value) pairs in order.
+        body: The body; None when it was too large to keep (a replay then answers
+            without it).
+    """
 
     status: int
     headers: tuple[tuple[str, str], ...]
@@ -38,18 +47,28 @@ class StoredResponse:
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One idempotency record (live, i.e. not expired)."""
+    """One live idempotency record (its ``ttl`` not run out), as ``RecordBackend.get``
+    returns it.
 
-    scope: str
+    Args:
+        caller: Whose record: the HTTP caller's id or the function's namespace id.
+        key: The idempotency key.
+        fingerprint: What the request (or call) that claimed it was.
+        status: ``PROCESSING`` or ``COMPLETED``.
+        fence: The fencing token of the claim that holds (or completed) it.
+        response: What ``complete`` stored; None while PROCESSING.
+    """
+
+    caller: str
     key: str
     fingerprint: str
-    status: Status
+    status: RecordStatus
     fence: int
     response: StoredResponse | None
 
 
 class ClaimOutcome(enum.Enum):
-    """What ``claim`` found."""
+    """What ``RecordBackend.claim`` found."""
 
     CLAIMED = "claimed"  # the record is ours, PROCESSING with our fence: run the request
     COMPLETED = "completed"  # already done with this fingerprint: replay ``record``
@@ -57,58 +76,35 @@ class ClaimOutcome(enum.Enum):
     BUSY = "busy"  # a newer or live holder has it
 
 
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The answer of ``RecordBackend.claim``.
+
+    Args:
+        outcome: What the claim found (``ClaimOutcome``).
+        record: The record found, for COMPLETED, MISMATCH and BUSY; default None (and
+            None on CLAIMED).
+        fence: On CLAIMED, the fencing token the record now carries (the store's pick);
+            default None.
+        lease_left: On BUSY, seconds until the holder's lease ends at the latest (the
+            store's clock), if known; default None.
+    """
+
+    outcome: ClaimOutcome
+    record: Record | None = None
+    fence: int | None = None
+    lease_left: float | None = None
+
+
 class ForgetOutcome(enum.Enum):
     """What ``RecordStore.forget`` found. Only ``REMOVED`` is true (it was a bool)."""
 
     REMOVED = "removed"  # the record is gone: the key's next request runs again
-    NOT_FOUND = "not_found"  # no record for this scope and key (or only an expired one)
+    NOT_FOUND = "not_found"  # no record for this caller and key (or only an expired one)
     IN_FLIGHT = "in_flight"  # a request holds it under a live lease: kept (``force`` removes it)
 
     def __bool__(self) -> bool:
         return self is ForgetOutcome.REMOVED
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """The result of ``RecordStore.claim``."""
-
-    outcome: ClaimOutcome
-    record: Record | None = None
-    #: On CLAIMED: the fencing token the record now carries (the caller's, or the store's pick).
-    fence: int | None = None
-    #: On BUSY: seconds until the holder's lease ends at the latest (database clock), if known.
-    lease_left: float | None = None
-
-
-#: The columns a Record is read from, in ``read``'s order (scope and key are the caller's).
-RECORD_COLUMNS = (
-    records.c.fingerprint,
-    records.c.status,
-    records.c.fence,
-    records.c.response_status,
-    records.c.response_headers,
-    records.c.response_body,
-)
-
-#: ``get``'s statement, built once: SQLAlchemy memoizes a statement object's cache key,
-#: whereas building the same SELECT per call cost more client CPU than the query itself.
-GET = sa.select(*RECORD_COLUMNS).where(
-    records.c.scope == sa.bindparam("scope"),
-    records.c.key == sa.bindparam("key"),
-    records.c.expires_at > db_now(),
-)
-
-_STATUSES = {status.value: status for status in Status}
-
-
-def read(values: Sequence[Any], scope: str, key: str) -> Record:
-    """The Record in ``RECORD_COLUMNS`` values (by position: Row attributes cost more)."""
-    fingerprint, status, fence, response_status, headers, body = values
-    response = None
-    if response_status is not None:
-        pairs = tuple([(str(k), str(v)) for k, v in headers or ()])
-        response = StoredResponse(response_status, pairs, body)
-    return Record(scope, key, fingerprint, _STATUSES[status], int(fence), response)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +113,7 @@ class RecordState:
     stored body or headers, which hold the caller's data, only their size and status.
 
     Attributes:
-        scope: Whose record: the caller's scope (HTTP) or the function's namespace.
+        caller: Whose record: the HTTP caller's id or the function's namespace id.
         key: The idempotency key.
         status: PROCESSING (a request holds it) or COMPLETED (its response is stored).
         fingerprint: The sha256 hex of what the request (or call) was.
@@ -131,9 +127,9 @@ class RecordState:
             when the body was over ``max_body`` and not kept.
     """
 
-    scope: str
+    caller: str
     key: str
-    status: Status
+    status: RecordStatus
     fingerprint: str
     fence: int
     created_at: datetime
@@ -141,38 +137,3 @@ class RecordState:
     lease_expires_at: datetime | None
     response_status: int | None
     response_size: int | None
-
-
-#: ``inspect``'s statement: the body's length is computed by the database, so the body
-#: itself never leaves it.
-INSPECT = sa.select(
-    records.c.status,
-    records.c.fingerprint,
-    records.c.fence,
-    records.c.created_at,
-    records.c.expires_at,
-    records.c.lease_expires_at,
-    records.c.response_status,
-    sa.func.length(records.c.response_body),
-).where(
-    records.c.scope == sa.bindparam("scope"),
-    records.c.key == sa.bindparam("key"),
-    records.c.expires_at > db_now(),
-)
-
-
-def _utc(moment: datetime) -> datetime:
-    """SQLite and MySQL hand back naive datetimes, written in UTC (``db_now``)."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
-def read_state(values: Sequence[Any], scope: str, key: str) -> RecordState:
-    """The RecordState in ``INSPECT``'s values."""
-    status, fingerprint, fence, created, expires, lease, response_status, size = values
-    in_flight = status == Status.PROCESSING and lease is not None
-    return RecordState(
-        scope, key, _STATUSES[status], fingerprint, int(fence),
-        created_at=_utc(created), expires_at=_utc(expires),
-        lease_expires_at=_utc(lease) if in_flight else None,
-        response_status=response_status, response_size=None if size is None else int(size),
-    )  # fmt: skip

@@ -32,18 +32,18 @@ class RequestLeases:
     first and renews both (``renew``).
     """
 
-    __slots__ = ("_key", "_lock", "_record", "_scope", "_store")
+    __slots__ = ("_caller", "_key", "_lock", "_record", "_store")
 
     def __init__(
         self,
         store: RecordBackend,
-        scope: str,
+        caller: str,
         key: str,
         record: Lease,
         lock: tuple[Lock, Lease] | None,
     ) -> None:
         self._store = store
-        self._scope = scope
+        self._caller = caller
         self._key = key
         self._record = record
         self._lock = lock
@@ -69,7 +69,7 @@ class RequestLeases:
             lock, held = self._lock
             self._lock = lock, await lock.extend(held, ttl)
         record, sent = self._record, time.monotonic()
-        if not await self._store.renew(self._scope, self._key, record.fence, ttl):
+        if not await self._store.renew(self._caller, self._key, record.fence, ttl):
             message = f"idempotency record taken over (fence {record.fence})"
             raise LockNotOwned(message, resource=record.resource)
         self._record = record.renewed(check_ttl(ttl), sent)

@@ -2,28 +2,23 @@
 
 Each operation is one statement (autocommitted on PostgreSQL: no BEGIN and COMMIT
 round trips; purge and MySQL's claim are a transaction), bounded by the store's
-timeout, with outages reported as
-``BackendUnavailable(backend="database")``. What the statements are lives beside
-it: ``claim`` (taking a record), ``writes`` (settling it) and ``record`` (values);
-how they travel, ``executors`` (the asyncpg driver on PostgreSQL, else SQLAlchemy).
+timeout, with outages reported as ``BackendUnavailable(backend="database")``
+(``outages``). What the statements are lives beside it: ``claim`` (taking a record),
+``writes`` (settling it), ``rows`` (reading it) and ``record`` (values); how they
+travel, ``executors`` (the asyncpg driver on PostgreSQL, else SQLAlchemy); the engine
+``from_url`` makes, ``store_engine``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import math
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.pool import QueuePool
 
 from headway._clock import within
-from headway._database import create_engine, parse, shown, table_missing
-from headway._errors import BackendUnavailable, DatabaseNotMigrated
+from headway._database import create_engine, parse
 from headway.idempotency import writes
 from headway.idempotency.claim import claim_record, claim_statement, claimed, one_statement
 from headway.idempotency.executors import (
@@ -32,43 +27,15 @@ from headway.idempotency.executors import (
     SqlAlchemyExecutor,
     executor_for,
 )
-from headway.idempotency.record import (
-    GET,
-    INSPECT,
-    Claim,
-    ForgetOutcome,
-    Record,
-    RecordState,
-    StoredResponse,
-    read,
-    read_state,
-)
-from headway.idempotency.table import metadata, records
+from headway.idempotency.outages import Outages
+from headway.idempotency.record import Claim, ForgetOutcome, Record, RecordState, StoredResponse
+from headway.idempotency.rows import GET, INSPECT, read, read_state
+from headway.idempotency.store_engine import keepable, options_for
+from headway.idempotency.table import metadata
 
 __all__ = ["RecordStore"]
 
 T = TypeVar("T")
-
-log = logging.getLogger("headway.idempotency")
-
-#: Seconds between two log lines about a missing table (the first is logged at once).
-REPORT_EVERY = 300.0
-
-#: ``from_url``'s engine on a database server: no connection opened and closed per
-#: request under concurrency (SQLAlchemy's default, 5 + 10 overflow, churned one per
-#: request beyond five in flight); docs/decisions/idempotency.md has the numbers.
-SERVER_ENGINE: dict[str, Any] = {"pool_size": 20, "max_overflow": 0}
-#: SQLite: one writer at a time, so writers wait for the file lock rather than fail.
-SQLITE_ENGINE: dict[str, Any] = {"connect_args": {"timeout": 30}}
-
-#: Database errors that mean "cannot answer now" rather than "you asked wrongly".
-UNAVAILABLE: tuple[type[BaseException], ...] = (
-    sa_exc.OperationalError,
-    sa_exc.InterfaceError,
-    sa_exc.TimeoutError,  # pool checkout
-    OSError,
-    TimeoutError,
-)
 
 
 class RecordStore:
@@ -106,6 +73,7 @@ class RecordStore:
         self.engine = engine
         self.ttl = float(ttl)
         self.timeout = float(timeout)
+        self._outages = Outages(engine.url)
         #: How the prebuilt statements (get, claim, the fenced writes) travel.
         self.executor: Executor = executor_for(engine, driver)
         # Statements built per call (forget) go through SQLAlchemy on every dialect.
@@ -161,17 +129,11 @@ class RecordStore:
         """
         parsed = parse(url)
         is_sqlite = parsed.get_backend_name() == "sqlite"
-        # No pool_pre_ping: it would add a round trip to each of a first execution's three
-        # statements. A connection cut by an outage fails its request (503, Retry-After)
-        # and SQLAlchemy then replaces every connection older than the failure.
-        given = dict(engine_options or {})
-        # Pool sizes are the queue pool's: another pool class given takes none of them.
-        defaults = SQLITE_ENGINE if is_sqlite else {} if "poolclass" in given else SERVER_ENGINE
-        options = {**defaults, **given}
+        options = options_for(is_sqlite, engine_options)
         engine = create_engine(parsed, **options)
         store = cls(engine, ttl=ttl, timeout=timeout, driver=driver)
         if isinstance(store.executor, AsyncpgExecutor):  # the engine is the store's alone
-            store.executor.kept.keep = _keepable(engine, options)
+            store.executor.kept.keep = keepable(engine, options)
         store._create = is_sqlite if create_table is None else create_table
         return store
 
@@ -201,33 +163,10 @@ class RecordStore:
                 return await within(self.timeout, self._after_table(op))
             return await within(self.timeout, op())
         except Exception as exc:
-            unavailable = self._unavailable(exc)
+            unavailable = self._outages.unavailable(exc)
             if unavailable is None:
                 raise
             raise unavailable from exc
-
-    def _unavailable(self, exc: Exception) -> BackendUnavailable | None:
-        """What ``exc`` means for the caller, when it means "cannot answer now"."""
-        if table_missing(exc, records.name):
-            return self._not_migrated()
-        if isinstance(exc, UNAVAILABLE):
-            return BackendUnavailable(f"database unavailable: {exc}", backend="database")
-        if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
-            return BackendUnavailable(f"database connection lost: {exc}", backend="database")
-        return None
-
-    _reported = -math.inf  # when a missing table was last logged (monotonic clock)
-
-    def _not_migrated(self) -> DatabaseNotMigrated:
-        """The error for a missing table, logged once every ``REPORT_EVERY`` seconds: every
-        keyed request fails until someone migrates, and one line says what to do."""
-        advice = f"run `headway migrate {shown(self.engine.url)}`"
-        message = f"the idempotency table {records.name} does not exist: {advice}"
-        now = time.monotonic()
-        if now - self._reported >= REPORT_EVERY:
-            self._reported = now
-            log.error("%s (until then, every keyed request is answered 503)", message)
-        return DatabaseNotMigrated(message, backend="database")
 
     async def _after_table(self, op: Callable[[], Awaitable[T]]) -> T:
         await self._table_ready()
@@ -247,18 +186,18 @@ class RecordStore:
         run = (executor or self.executor).rowcount
         return await self._run(lambda: run(*write)) == 1
 
-    async def get(self, scope: str, key: str) -> Record | None:
-        """The live record for (scope, key), or None. One primary-key SELECT.
+    async def get(self, caller: str, key: str) -> Record | None:
+        """The live record for (caller, key), or None. One primary-key SELECT.
 
         What the middleware replays from: the stored response, body and headers
         included (``RecordBackend.get`` documents the arguments). To show a record to an
         operator, ``inspect``.
         """
-        row = await self._run(lambda: self.executor.first(GET, {"scope": scope, "key": key}))
-        return None if row is None else read(row, scope, key)
+        row = await self._run(lambda: self.executor.first(GET, {"scope": caller, "key": key}))
+        return None if row is None else read(row, caller, key)
 
-    async def inspect(self, scope: str, key: str) -> RecordState | None:
-        """What an operator may see of the live record for (scope, key), or None.
+    async def inspect(self, caller: str, key: str) -> RecordState | None:
+        """What an operator may see of the live record for (caller, key), or None.
 
         Its status, times, fingerprint and fence, and the stored response's status code
         and size, never its body or headers: the database measures the body, which never
@@ -266,20 +205,20 @@ class RecordStore:
         is None, as for ``get``.
 
         Args:
-            scope: Whose record: the caller's scope (HTTP) or the function's namespace.
+            caller: Whose record: the HTTP caller's id or the function's namespace id.
             key: The idempotency key.
 
         Raises:
             BackendUnavailable: The database is down or slower than ``timeout``.
             DatabaseNotMigrated: The records table does not exist.
         """
-        params = {"scope": scope, "key": key}
+        params = {"scope": caller, "key": key}
         row = await self._run(lambda: self._sqlalchemy.first(INSPECT, params))
-        return None if row is None else read_state(row, scope, key)
+        return None if row is None else read_state(row, caller, key)
 
     async def claim(
         self,
-        scope: str,
+        caller: str,
         key: str,
         fingerprint: str,
         *,
@@ -300,7 +239,7 @@ class RecordStore:
         SQLite and MariaDB.
 
         Args:
-            scope: Whose record: the caller's scope (HTTP) or the function's namespace.
+            caller: Whose record: the HTTP caller's id or the function's namespace id.
             key: The idempotency key.
             fingerprint: What the request (or call) is, to tell a retry from a reuse.
             lease_token: The claiming worker's lease token.
@@ -318,41 +257,41 @@ class RecordStore:
 
             async def steps(conn: AsyncConnection) -> Claim:
                 return await claim_record(
-                    conn, scope, key, fingerprint,
+                    conn, caller, key, fingerprint,
                     fence=fence, lease_token=lease_token, lease_ttl=lease_ttl, ttl=self.ttl,
                 )  # fmt: skip
 
             return await self._transaction(steps)
         statement, params, mark = claim_statement(
-            self.engine.dialect, scope, key, fingerprint,
+            self.engine.dialect, caller, key, fingerprint,
             fence=fence, lease_token=lease_token, lease_ttl=lease_ttl, ttl=self.ttl,
         )  # fmt: skip
         row = await self._run(lambda: self.executor.first(statement, params))
         if row is None:  # RETURNING gives the row whether the claim inserted, took over or not
             raise RuntimeError("the claiming statement returned no row")
-        return claimed(row, mark, scope, key, fingerprint)
+        return claimed(row, mark, caller, key, fingerprint)
 
-    async def renew(self, scope: str, key: str, fence: int, lease_ttl: float) -> bool:
+    async def renew(self, caller: str, key: str, fence: int, lease_ttl: float) -> bool:
         """Extend our PROCESSING record's lease to ``lease_ttl`` s from now (database clock).
 
         False if the record is no longer ours (taken over, released or completed).
         """
-        return await self._accepted(writes.renew(scope, key, fence, lease_ttl))
+        return await self._accepted(writes.renew(caller, key, fence, lease_ttl))
 
-    async def complete(self, scope: str, key: str, fence: int, response: StoredResponse) -> bool:
+    async def complete(self, caller: str, key: str, fence: int, response: StoredResponse) -> bool:
         """Store ``response`` and mark the record COMPLETED, only if ``fence`` still owns it.
 
         Returns whether the write was accepted; False means a newer lease took
         the record over (or it was released), and nothing was written.
         """
-        return await self._accepted(writes.complete(scope, key, fence, response, self.ttl))
+        return await self._accepted(writes.complete(caller, key, fence, response, self.ttl))
 
-    async def release(self, scope: str, key: str, fence: int) -> bool:
+    async def release(self, caller: str, key: str, fence: int) -> bool:
         """Delete our PROCESSING record so a retry runs again; False if it is not ours."""
-        return await self._accepted(writes.release(scope, key, fence))
+        return await self._accepted(writes.release(caller, key, fence))
 
-    async def forget(self, scope: str, key: str, *, force: bool = False) -> ForgetOutcome:
-        """Delete the record of (scope, key) so the key runs again; say what was found.
+    async def forget(self, caller: str, key: str, *, force: bool = False) -> ForgetOutcome:
+        """Delete the record of (caller, key) so the key runs again; say what was found.
 
         For support staff letting a customer retry. A record still in flight
         (PROCESSING under a live lease) is kept unless ``force`` (``IN_FLIGHT``): removing
@@ -361,19 +300,19 @@ class RecordStore:
         record). Only ``REMOVED`` is true, as the bool this returned before.
 
         Args:
-            scope: Whose record (for HTTP, the caller's scope; for a function, its
-                namespace).
+            caller: Whose record: the HTTP caller's id or the function's namespace id
+                (the ``scope`` column; ``headway forget --caller``).
             key: The idempotency key.
             force: Delete a record still in flight too; default False.
 
         Raises:
             BackendUnavailable: The database is down or slower than ``timeout``.
         """
-        if await self._accepted(writes.forget(scope, key, force=force), self._sqlalchemy):
+        if await self._accepted(writes.forget(caller, key, force=force), self._sqlalchemy):
             return ForgetOutcome.REMOVED
         # Not removed: without force, a live record left is one in flight (the DELETE
         # takes completed, lease-expired and expired records).
-        if not force and await self.get(scope, key) is not None:
+        if not force and await self.get(caller, key) is not None:
             return ForgetOutcome.IN_FLIGHT
         return ForgetOutcome.NOT_FOUND
 
@@ -404,14 +343,3 @@ class RecordStore:
         """Dispose of the engine's connections."""
         await self.executor.aclose()
         await self.engine.dispose()
-
-
-def _keepable(engine: AsyncEngine, options: Mapping[str, Any]) -> int:
-    """How many connections ``from_url``'s store keeps between statements: all but two of
-    its pool (for its statements that go through SQLAlchemy: forget, purge), and none
-    where the options ask the pool to check connections (recycle, pre-ping) or not to
-    pool them at all."""
-    checks = {"pool_recycle", "pool_pre_ping", "poolclass"} & options.keys()
-    if checks or not isinstance(engine.pool, QueuePool):
-        return 0
-    return max(0, engine.pool.size() - 2)

@@ -1,13 +1,12 @@
 """The idempotency record table (SQLAlchemy 2 Core) and the database-clock expression.
 
-One row per (scope, key). ``expires_at`` and ``lease_expires_at`` are written
-and compared only with ``db_now()``, so every app server agrees on time: the
-database's clock is the only one that decides.
+One row per (caller, key), the caller in the ``scope`` column. ``expires_at`` and
+``lease_expires_at`` are written and compared only with ``db_now()``, so every app
+server agrees on time: the database's clock is the only one that decides.
 """
 
 from __future__ import annotations
 
-import enum
 from typing import Any
 
 import sqlalchemy as sa
@@ -15,16 +14,9 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 
-__all__ = ["Status", "db_now", "metadata", "records", "row_of"]
+__all__ = ["db_now", "metadata", "records", "row_of"]
 
 metadata = sa.MetaData()
-
-
-class Status(enum.StrEnum):
-    """Where a record stands."""
-
-    PROCESSING = "PROCESSING"
-    COMPLETED = "COMPLETED"
 
 
 # Microsecond timestamps everywhere (MySQL's DATETIME defaults to whole seconds).
@@ -53,7 +45,9 @@ _Key = sa.String(255).with_variant(_Utf8Binary(1020), "mysql", "mariadb")
 records = sa.Table(
     "headway_idempotency_records",
     metadata,
-    # Hash of the caller's credentials (or what the scope function returns).
+    # The record's caller (``caller`` in ``RecordBackend`` and ``RecordStore``): the hash
+    # of the name the scope function gave, or a function's namespace. The column keeps
+    # its first name, ``scope``: renaming it would take a migration for no behaviour.
     sa.Column("scope", sa.String(64), nullable=False),
     sa.Column("key", _Key, nullable=False),
     # sha256 hex of method, path, query, content type and body.
@@ -75,9 +69,9 @@ records = sa.Table(
 )
 
 
-def row_of(scope: str, key: str) -> sa.ColumnElement[bool]:
-    """The condition that picks the record of (scope, key)."""
-    return sa.and_(records.c.scope == scope, records.c.key == key)
+def row_of(caller: str, key: str) -> sa.ColumnElement[bool]:
+    """The condition that picks the record of (caller, key)."""
+    return sa.and_(records.c.scope == caller, records.c.key == key)
 
 
 class db_now(sa.sql.expression.FunctionElement[Any]):

@@ -13,8 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import UpdateBase
 
-from headway.idempotency.record import StoredResponse
-from headway.idempotency.table import Status, db_now, records, row_of
+from headway.idempotency.record import RecordStatus, StoredResponse
+from headway.idempotency.table import db_now, records, row_of
 
 __all__ = ["Write", "complete", "forget", "purge_batch", "release", "renew"]
 
@@ -30,7 +30,7 @@ def _ours() -> sa.ColumnElement[bool]:
         records.c.scope == sa.bindparam("p_scope", type_=sa.String()),
         records.c.key == sa.bindparam("p_key", type_=sa.String()),
         records.c.fence == sa.bindparam("p_fence", type_=sa.BigInteger()),
-        records.c.status == Status.PROCESSING.value,
+        records.c.status == RecordStatus.PROCESSING.value,
     )
 
 
@@ -45,7 +45,7 @@ _COMPLETE = (
     records.update()
     .where(_ours())
     .values(
-        status=Status.COMPLETED.value,
+        status=RecordStatus.COMPLETED.value,
         lease_token=None,
         lease_expires_at=None,
         response_status=sa.bindparam("p_status", type_=sa.Integer()),
@@ -57,38 +57,38 @@ _COMPLETE = (
 _RELEASE = records.delete().where(_ours())
 
 
-def _of(scope: str, key: str, fence: int, **more: Any) -> dict[str, Any]:
-    return {"p_scope": scope, "p_key": key, "p_fence": fence, **more}
+def _of(caller: str, key: str, fence: int, **more: Any) -> dict[str, Any]:
+    return {"p_scope": caller, "p_key": key, "p_fence": fence, **more}
 
 
-def renew(scope: str, key: str, fence: int, lease_ttl: float) -> Write:
+def renew(caller: str, key: str, fence: int, lease_ttl: float) -> Write:
     """Push our record's lease to ``lease_ttl`` s from now on the database clock."""
-    return _RENEW, _of(scope, key, fence, p_lease_ttl=float(lease_ttl))
+    return _RENEW, _of(caller, key, fence, p_lease_ttl=float(lease_ttl))
 
 
-def complete(scope: str, key: str, fence: int, response: StoredResponse, ttl: float) -> Write:
+def complete(caller: str, key: str, fence: int, response: StoredResponse, ttl: float) -> Write:
     """Store ``response`` in our record, COMPLETED and kept ``ttl`` s from now."""
     headers = [list(h) for h in response.headers]
     return _COMPLETE, _of(
-        scope, key, fence,
+        caller, key, fence,
         p_status=response.status, p_headers=headers, p_body=response.body, p_ttl=float(ttl),
     )  # fmt: skip
 
 
-def release(scope: str, key: str, fence: int) -> Write:
+def release(caller: str, key: str, fence: int) -> Write:
     """Delete our record, so a retry runs again."""
-    return _RELEASE, _of(scope, key, fence)
+    return _RELEASE, _of(caller, key, fence)
 
 
-def forget(scope: str, key: str, *, force: bool) -> Write:
-    """Delete the record of (scope, key); unless ``force``, not while its lease lives."""
-    delete = records.delete().where(row_of(scope, key))
+def forget(caller: str, key: str, *, force: bool) -> Write:
+    """Delete the record of (caller, key); unless ``force``, not while its lease lives."""
+    delete = records.delete().where(row_of(caller, key))
     if force:
         return delete, {}
     lease = records.c.lease_expires_at
     return delete.where(
         sa.or_(
-            records.c.status == Status.COMPLETED.value,
+            records.c.status == RecordStatus.COMPLETED.value,
             lease.is_(None),
             lease <= db_now(),
             records.c.expires_at <= db_now(),

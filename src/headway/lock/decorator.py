@@ -3,7 +3,8 @@
 An async function is held with a ``Lock`` over a ``LockBackend``, a sync one with a
 ``SyncLock`` over a ``SyncLockBackend``. The lease of the running call is in a context
 variable: ``current_lease()`` gives it to the body (its fence, for fenced writes)
-without a parameter the callers would have to pass.
+without a parameter the callers would have to pass. A call's lock name is made by
+``call_names.CallNaming``.
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
-import string
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Literal, Never, ParamSpec, Protocol, TypeVar, cast, overload
 
 from headway._errors import LockNotAcquired
+from headway.lock.call_names import CallNaming, Name
 from headway.lock.contract import (
     LockBackend,
     ModalLockBackend,
@@ -78,7 +79,6 @@ class SyncLockDecorator(Protocol[S_co]):
     def __call__(self, fn: Callable[P, R], /) -> Callable[P, R | S_co]: ...
 
 
-Name = str | Callable[..., str]
 OnTimeout = Literal["raise", "skip"]
 Mode = Literal["read", "write"] | None
 
@@ -184,34 +184,16 @@ def locked(
             cancelled at once; a sync one is told when it ends).
         BackendUnavailable: (a call) The backend did not answer the acquire.
     """
-    check_ttl(ttl)
-    check_timeout(timeout)
-    _check_hold(ttl, renew_every, max_hold)
-    if on_timeout not in ("raise", "skip"):
-        raise ValueError(f'on_timeout must be "raise" or "skip", got {on_timeout!r}')
-    if mode is not None:
-        if mode not in ("read", "write"):
-            raise ValueError(f'mode must be "read", "write" or None, got {mode!r}')
-        _require(backend, ("read", "write"), "read-write locks")
+    _check_options(backend, ttl, timeout, on_timeout, mode, renew_every, max_hold)
     skip = on_timeout == "skip"
-    is_async = inspect.iscoroutinefunction(backend.acquire)
+    backend_async = inspect.iscoroutinefunction(backend.acquire)
 
     def decorate(fn: Callable[..., Any], /) -> Callable[..., Any]:
-        naming = _Naming(fn, name)
-        if inspect.iscoroutinefunction(fn):
-            if not is_async:
-                raise ValueError(
-                    f"{fn.__qualname__} is async but the {backend.name} lock backend is "
-                    "sync: give it an async backend"
-                )
+        naming = CallNaming(fn, name)
+        if _check_kind(fn, backend.name, backend_async):
             view = cast(ModalLockBackend, backend).for_mode(_MODES[mode]) if mode else backend
             return _wrap_async(
                 fn, naming, cast(LockBackend, view), ttl, timeout, skip, renew_every, max_hold
-            )
-        if is_async:
-            raise ValueError(
-                f"{fn.__qualname__} is sync but the {backend.name} lock backend is async: "
-                "give it a sync backend (or make the function async)"
             )
         if max_hold is not None:
             raise ValueError("max_hold applies to async functions only")
@@ -224,9 +206,47 @@ def locked(
 _MODES = {"read": READ, "write": WRITE}
 
 
+def _check_options(
+    backend: LockBackend | SyncLockBackend,
+    ttl: float,
+    timeout: float,
+    on_timeout: str,
+    mode: Mode,
+    renew_every: float | None,
+    max_hold: float | None,
+) -> None:
+    """``locked``'s options, checked when decorating (``ValueError``, ``TypeError``)."""
+    check_ttl(ttl)
+    check_timeout(timeout)
+    _check_hold(ttl, renew_every, max_hold)
+    if on_timeout not in ("raise", "skip"):
+        raise ValueError(f'on_timeout must be "raise" or "skip", got {on_timeout!r}')
+    if mode is not None:
+        if mode not in ("read", "write"):
+            raise ValueError(f'mode must be "read", "write" or None, got {mode!r}')
+        _require(backend, ("read", "write"), "read-write locks")
+
+
+def _check_kind(fn: Callable[..., Any], backend_name: str, backend_async: bool) -> bool:
+    """Whether ``fn`` is async; ``ValueError`` unless its backend is of the same kind."""
+    if inspect.iscoroutinefunction(fn):
+        if not backend_async:
+            raise ValueError(
+                f"{fn.__qualname__} is async but the {backend_name} lock backend is "
+                "sync: give it an async backend"
+            )
+        return True
+    if backend_async:
+        raise ValueError(
+            f"{fn.__qualname__} is sync but the {backend_name} lock backend is async: "
+            "give it a sync backend (or make the function async)"
+        )
+    return False
+
+
 def _wrap_async(
     fn: Callable[..., Awaitable[Any]],
-    naming: _Naming,
+    naming: CallNaming,
     backend: LockBackend,
     ttl: float,
     timeout: float,
@@ -257,7 +277,7 @@ def _wrap_async(
 
 def _wrap_sync(
     fn: Callable[..., Any],
-    naming: _Naming,
+    naming: CallNaming,
     backend: SyncLockBackend,
     ttl: float,
     timeout: float,
@@ -282,66 +302,3 @@ def _wrap_sync(
             return None
 
     return run
-
-
-class _Naming:
-    """A call's lock name: ``name`` formatted over the bound arguments, or called."""
-
-    __slots__ = ("_fn", "_name", "_signature")
-
-    def __init__(self, fn: Callable[..., Any], name: Name) -> None:
-        self._fn = fn
-        self._name = name
-        self._signature = inspect.signature(fn)
-        if isinstance(name, str):
-            self._check(name)
-        elif not callable(name):
-            raise TypeError(f"name must be a str or a function, not {type(name).__name__}")
-
-    def _check(self, template: str) -> None:
-        """Refuse, when decorating, a field that names no parameter (unless ``**kwargs``)."""
-        parameters = self._signature.parameters
-        spread = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
-        try:
-            fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
-        except ValueError as exc:
-            raise ValueError(f"lock name {template!r} is not a format string: {exc}") from exc
-        for field in fields:
-            head = field.split(".", 1)[0].split("[", 1)[0]
-            if not head or head.isdigit():
-                raise ValueError(
-                    f"lock name {template!r}: fields name parameters ({{invoice_id}}), "
-                    f"not positions ({{{field}}})"
-                )
-            if head not in parameters and not spread:
-                raise ValueError(
-                    f"lock name {template!r} names {head!r}, which is no parameter of "
-                    f"{self._fn.__qualname__}{self._signature}"
-                )
-
-    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-        name = self._name
-        if not isinstance(name, str):
-            made = name(*args, **kwargs)
-            if not isinstance(made, str):
-                raise TypeError(
-                    f"the lock name function of {self._fn.__qualname__} returned "
-                    f"{type(made).__name__}, not a str"
-                )
-            return made
-        bound = self._signature.bind(*args, **kwargs)  # TypeError as the call would raise
-        bound.apply_defaults()
-        values: dict[str, Any] = {}
-        for key, value in bound.arguments.items():
-            kind = self._signature.parameters[key].kind
-            if kind is inspect.Parameter.VAR_KEYWORD:
-                values.update(cast(Mapping[str, Any], value))
-            else:
-                values[key] = value
-        try:
-            return name.format_map(values)
-        except (KeyError, AttributeError, IndexError) as exc:
-            raise ValueError(
-                f"lock name {name!r} for {self._fn.__qualname__}: cannot format it from "
-                f"the arguments {sorted(values)} ({type(exc).__name__}: {exc})"
-            ) from exc

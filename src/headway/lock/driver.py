@@ -119,7 +119,10 @@ class QueuedBackend(QueuedPrimitives):
         wake: AsyncWaiter | None,
         queued: bool,
     ) -> Lease:
-        """Run ``flow`` on from ``step``; ``wake`` is set if listening began before it."""
+        """Run ``flow`` on from ``step``; ``wake`` is set if listening began before it.
+
+        Not on the straight line (a first attempt granted returns before this), so its
+        ending and its failure are steps of their own (``_received``, ``_give_up``)."""
         early = wake is not None
         cancels = _cancels()
         try:
@@ -145,17 +148,20 @@ class QueuedBackend(QueuedPrimitives):
         except StopIteration as done:
             lease = _done(done)
         except BaseException as exc:
-            if queued:
-                with contextlib.suppress(Exception):
-                    await run_to_end(self._leave(resource, waiter))
-            if wake is not None:
-                await self._unlisten(resource, waiter)
+            await self._give_up(resource, waiter, wake, queued=queued)
             if _cancels() > cancels and not isinstance(exc, asyncio.CancelledError):
                 raise asyncio.CancelledError from exc  # swallowed while leaving: still cancelled
             raise
+        return await self._received(lease, waiter, wake, cancels)
+
+    async def _received(
+        self, lease: Lease, waiter: str, wake: AsyncWaiter | None, cancels: int
+    ) -> Lease:
+        """``lease``, granted after a wait, once listening has stopped; given back if the
+        caller was cancelled meanwhile (``cancels``: those pending when the wait began)."""
         if wake is not None:
             try:
-                await self._unlisten(resource, waiter)
+                await self._unlisten(lease.resource, waiter)
             except BaseException:
                 await self._undo_grant(lease)
                 raise
@@ -165,6 +171,17 @@ class QueuedBackend(QueuedPrimitives):
             await self._undo_grant(lease)
             raise asyncio.CancelledError
         return lease
+
+    async def _give_up(
+        self, resource: str, waiter: str, wake: AsyncWaiter | None, *, queued: bool
+    ) -> None:
+        """After the flow failed or was cancelled: leave the queue if still in it, and
+        stop listening."""
+        if queued:
+            with contextlib.suppress(Exception):
+                await run_to_end(self._leave(resource, waiter))
+        if wake is not None:
+            await self._unlisten(resource, waiter)
 
     async def _undo_grant(self, lease: Lease) -> None:
         """Release a grant its caller will never receive (it was cancelled, or failed)."""

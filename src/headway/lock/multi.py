@@ -23,7 +23,8 @@ from typing import TypeVar
 
 from headway._clock import Clock, MonotonicClock
 from headway._errors import BackendUnavailable, LockLost, LockNotAcquired, LockNotOwned
-from headway.lock.contract import LockBackend, MultiAcquireBackend
+from headway.lock.capabilities import MultiAcquireBackend
+from headway.lock.contract import LockBackend
 from headway.lock.lease import Lease, check_timeout, check_ttl
 from headway.lock.lock import _check_hold
 from headway.lock.renewal import Renewal

@@ -41,12 +41,8 @@ from typing import Any, ParamSpec, Protocol, TypeVar, cast, overload
 
 from headway._clock import Clock, MonotonicClock
 from headway._errors import BackendUnavailable, LockLost, LockNotAcquired, LockNotOwned
-from headway.lock.contract import (
-    LockBackend,
-    SyncLockBackend,
-    SyncWindowClaimBackend,
-    WindowClaimBackend,
-)
+from headway.lock.capabilities import SyncWindowClaimBackend, WindowClaimBackend
+from headway.lock.contract import LockBackend, SyncLockBackend
 from headway.lock.lease import Lease, _finite_seconds, check_ttl
 
 __all__ = ["RunOnceDecorator", "Skipped", "run_once"]

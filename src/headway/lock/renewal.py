@@ -12,14 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+import threading
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 
 from headway._clock import Clock
 from headway._errors import BackendUnavailable, LockLost, LockNotOwned
 from headway.lock.lease import Lease
 
-__all__ = ["Renewal", "fresh", "fresh_sync"]
+__all__ = ["Renewal", "SyncRenewal", "fresh", "fresh_sync"]
 
 log = logging.getLogger("headway.lock")
 
@@ -248,3 +249,53 @@ class Renewal:
             other_cancel = owner.uncancel() > 0
         await asyncio.wait([task])
         return None if other_cancel else reason
+
+
+class SyncRenewal:
+    """Renew ``leases`` every ``interval`` s from a daemon thread while a ``with`` block
+    runs (``SyncLock.hold()``, ``SyncMultiLock.hold()``).
+
+    Sync code cannot be interrupted, so a loss is only recorded (``lost``: the first
+    refusal, or an outage that outlasted the lease) and renewing stops; the holder
+    raises ``LockLost`` when its block ends. Leaving the block stops the thread and
+    waits for it.
+    """
+
+    __slots__ = ("_done", "_extend", "_interval", "_leases", "_thread", "lost")
+
+    def __init__(
+        self,
+        leases: Sequence[Lease],
+        extend: Callable[[Lease], Lease],
+        *,
+        interval: float,
+        name: str,
+    ) -> None:
+        self._leases = list(leases)
+        self._extend = extend
+        self._interval = interval
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._renew, name=name, daemon=True)
+        #: Why a lease was lost (``LockNotOwned`` or ``BackendUnavailable``), or None.
+        self.lost: LockNotOwned | BackendUnavailable | None = None
+
+    def _renew(self) -> None:
+        current = self._leases
+        while not self._done.wait(self._interval):
+            for i, lease in enumerate(current):
+                try:
+                    current[i] = self._extend(lease)
+                except LockNotOwned as exc:
+                    self.lost = exc
+                    return
+                except BackendUnavailable as exc:
+                    if lease.remaining() <= 0:
+                        self.lost = exc
+                        return
+
+    def __enter__(self) -> None:
+        self._thread.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._done.set()
+        self._thread.join()

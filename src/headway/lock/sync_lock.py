@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
 
 from headway._errors import BackendUnavailable, LockLost, LockNotOwned
@@ -11,7 +10,7 @@ from headway.lock.contract import SyncLockBackend
 from headway.lock.introspection import LockState, check_owner, owned_by
 from headway.lock.lease import Lease, check_timeout, check_ttl
 from headway.lock.lock import _check_hold, inspector
-from headway.lock.renewal import fresh_sync
+from headway.lock.renewal import SyncRenewal, fresh_sync
 
 __all__ = ["SyncLock"]
 
@@ -138,32 +137,16 @@ class SyncLock:
         lease = fresh_sync(
             lease, self.extend, ttl=self.ttl, interval=interval, release=self.release
         )
-        done = threading.Event()
-        lost: list[BaseException] = []
-
-        def renew() -> None:
-            current = lease
-            while not done.wait(interval):
-                try:
-                    current = self.extend(current)
-                except LockNotOwned as exc:
-                    lost.append(exc)
-                    return
-                except BackendUnavailable as exc:
-                    if current.remaining() <= 0:
-                        lost.append(exc)
-                        return
-
-        thread = threading.Thread(target=renew, name=f"headway-renew-{self.resource}", daemon=True)
-        thread.start()
+        renewal = SyncRenewal(
+            [lease], self.extend, interval=interval, name=f"headway-renew-{self.resource}"
+        )
         try:
-            yield lease
+            with renewal:
+                yield lease
         finally:
-            done.set()
-            thread.join()
             with contextlib.suppress(LockNotOwned, BackendUnavailable):
                 self.release(lease)
-        if lost:
+        if renewal.lost is not None:
             raise LockLost(
                 f"lock {self.resource!r} lost while held", resource=self.resource
-            ) from lost[0]
+            ) from renewal.lost

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from collections.abc import Iterable, Iterator
 
 from headway._clock import Clock, MonotonicClock
@@ -17,7 +16,7 @@ from headway.lock.contract import SyncLockBackend
 from headway.lock.lease import Lease, check_timeout, check_ttl
 from headway.lock.lock import _check_hold
 from headway.lock.multi import _WAIT_SHARE, _canonical, _first, _lapsed
-from headway.lock.renewal import fresh_sync
+from headway.lock.renewal import SyncRenewal, fresh_sync
 
 __all__ = ["SyncMultiLock"]
 
@@ -157,32 +156,18 @@ class SyncMultiLock:
         except BaseException:
             self._release_quietly(leases)
             raise
-        done = threading.Event()
-        lost: list[LockNotOwned | BackendUnavailable] = []
-
-        def renew() -> None:
-            current = list(leases)
-            while not done.wait(interval):
-                for i, lease in enumerate(current):
-                    try:
-                        current[i] = self.backend.extend(lease, self.ttl)
-                    except LockNotOwned as exc:
-                        lost.append(exc)
-                        return
-                    except BackendUnavailable as exc:
-                        if lease.remaining() <= 0:
-                            lost.append(exc)
-                            return
-
-        thread = threading.Thread(target=renew, name="headway-renew-multi", daemon=True)
-        thread.start()
+        renewal = SyncRenewal(
+            leases,
+            lambda lease: self.backend.extend(lease, self.ttl),
+            interval=interval,
+            name="headway-renew-multi",
+        )
         try:
-            yield leases
+            with renewal:
+                yield leases
         finally:
-            done.set()
-            thread.join()
             with contextlib.suppress(LockNotOwned, BackendUnavailable):
                 self.release(leases)
-        if lost:
-            resource = getattr(lost[0], "resource", None) or self.names[0]
-            raise LockLost(f"lock {resource!r} lost while held", resource=resource) from lost[0]
+        if (lost := renewal.lost) is not None:
+            resource = getattr(lost, "resource", None) or self.names[0]
+            raise LockLost(f"lock {resource!r} lost while held", resource=resource) from lost

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -33,6 +32,14 @@ from headway._keys import segment
 from headway.lock.backends.etcd.codec import NOT_FOUND, EtcdError, b64, unb64
 from headway.lock.backends.etcd.inspect import holders, value
 from headway.lock.backends.etcd.places import Place, Places
+from headway.lock.backends.etcd.requests import (
+    ahead_of,
+    key_id,
+    listing,
+    newest_two,
+    put_once,
+    rebind,
+)
 from headway.lock.backends.etcd.session import Sessions
 from headway.lock.backends.etcd.transport import Transport, TransportName, make_transport
 from headway.lock.contract import AsyncWaiter
@@ -52,17 +59,6 @@ _TRUST = 5.0
 #: What a refusal reports as the holder's remaining lease: unknown, and not needed,
 #: since the watch also sees the key deleted by an expiry. Waits stay capped by the flow.
 _WATCHED_MS = 60_000
-
-
-def _key_id(token: str) -> int:
-    """The id in a lease token's key: positive, non-zero, 63 bits."""
-    digest = hashlib.blake2b(token.encode(), digest_size=8).digest()
-    return (int.from_bytes(digest) >> 1) or 1
-
-
-def _prefix_end(prefix: str) -> str:
-    """The range end that covers every key starting with ``prefix`` (which ends in "/")."""
-    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
 class Waiter:
@@ -153,7 +149,7 @@ class EtcdLockBackend(QueuedBackend):
         return EtcdModeBackend(self, mode)
 
     def _key(self, resource: str, token: str) -> str:
-        return f"{self._prefix(resource)}{_key_id(token):016x}"
+        return f"{self._prefix(resource)}{key_id(token):016x}"
 
     async def inspect(self, resource: str) -> LockState:
         """Who holds ``resource``'s lock, and how many wait (``InspectableLockBackend``).
@@ -165,23 +161,13 @@ class EtcdLockBackend(QueuedBackend):
         Args:
             resource: The lock's name.
         """
-        kvs = (await self._gateway.call("kv/range", self._listing(resource, False))).get("kvs")
+        reply = await self._gateway.call("kv/range", listing(self._prefix(resource), False))
+        kvs = reply.get("kvs")
         if not kvs:
             return LockState(resource)
         return LockState(
             resource, await holders(self._gateway, [(kvs[0], "exclusive")]), len(kvs) - 1
         )
-
-    def _listing(self, resource: str, keys_only: bool) -> dict[str, Any]:
-        """A range over ``resource``'s request keys, oldest first."""
-        prefix = self._prefix(resource)
-        return {
-            "key": b64(prefix),
-            "range_end": b64(_prefix_end(prefix)),
-            "sort_order": "ASCEND",
-            "sort_target": "CREATE",
-            "keys_only": keys_only,
-        }
 
     # -- places: a key under a session, its lapse ------------------------------------
 
@@ -239,28 +225,14 @@ class EtcdLockBackend(QueuedBackend):
     async def _put(self, resource: str, place: Place) -> tuple[str | None, int] | None:
         """Put our key unless a lost reply's attempt did, and note its create revision;
         then as ``_ahead``."""
-        prefix, key = self._prefix(resource), b64(place.key)
-        last = {
-            "key": b64(prefix),
-            "range_end": b64(_prefix_end(prefix)),
-            "sort_order": "DESCEND",
-            "sort_target": "CREATE",
-            "limit": "2",
-            "keys_only": True,
-        }
-        put = {
-            "request_put": {"key": key, "value": b64(value()), "lease": str(place.session.lease)}
-        }
-        reply = await self._gateway.call(
-            "kv/txn",
-            {
-                "compare": [{"key": key, "target": "CREATE", "result": "EQUAL"}],
-                # Just put, ours is the newest key: the newest two are ours and the one
-                # before it, if there is one.
-                "success": [put, {"request_range": last}],
-                "failure": [{"request_range": {"key": key, "keys_only": True}}],
-            },
+        # Just put, ours is the newest key: the newest two are ours and the one before
+        # it, if there is one. Found instead, ours is looked up.
+        newest, ours = (
+            newest_two(self._prefix(resource)),
+            {"key": b64(place.key), "keys_only": True},
         )
+        put = put_once(place.key, value(), place.session.lease, newest, ours)
+        reply = await self._gateway.call("kv/txn", put)
         seen = int(reply["header"]["revision"])
         if not reply.get("succeeded"):  # a retry after a lost reply: look it up
             kvs = reply["responses"][0]["response_range"].get("kvs")
@@ -275,33 +247,8 @@ class EtcdLockBackend(QueuedBackend):
     async def _ahead(self, resource: str, place: Place) -> tuple[str | None, int] | None:
         """The key just before ours (None if ours is first) and the revision read at;
         None if our key is gone."""
-        prefix, key = self._prefix(resource), b64(place.key)
-        reply = await self._gateway.call(
-            "kv/txn",
-            {
-                "compare": [
-                    {
-                        "key": key,
-                        "target": "CREATE",
-                        "result": "EQUAL",
-                        "create_revision": str(place.revision),
-                    }
-                ],
-                "success": [
-                    {
-                        "request_range": {
-                            "key": b64(prefix),
-                            "range_end": b64(_prefix_end(prefix)),
-                            "max_create_revision": str(place.revision - 1),
-                            "sort_order": "DESCEND",
-                            "sort_target": "CREATE",
-                            "limit": "1",
-                            "keys_only": True,
-                        }
-                    }
-                ],
-            },
-        )
+        look = ahead_of(self._prefix(resource), place.key, place.revision)
+        reply = await self._gateway.call("kv/txn", look)
         if not reply.get("succeeded"):
             return None
         kvs = reply["responses"][0]["response_range"].get("kvs")
@@ -343,18 +290,7 @@ class EtcdLockBackend(QueuedBackend):
         the key keeps its create revision, so the fence and the place stay."""
         old = place.session
         new = await self._sessions.get(math.ceil(ttl_ms / 1000), token)
-        key = b64(place.key)
-        reply = await self._gateway.call(
-            "kv/txn",
-            {
-                "compare": [
-                    {"key": key, "target": "LEASE", "result": "EQUAL", "lease": str(old.lease)}
-                ],
-                "success": [
-                    {"request_put": {"key": key, "lease": str(new.lease), "ignore_value": True}}
-                ],
-            },
-        )
+        reply = await self._gateway.call("kv/txn", rebind(place.key, old.lease, new.lease))
         if not reply.get("succeeded"):
             new.tokens.discard(token)
             self._keys.forget(token)

@@ -26,15 +26,11 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from headway.lock.backends.etcd.backend import (
-    _WATCHED_MS,
-    EtcdLockBackend,
-    _key_id,
-    _prefix_end,
-)
+from headway.lock.backends.etcd.backend import _WATCHED_MS, EtcdLockBackend
 from headway.lock.backends.etcd.codec import NOT_FOUND, EtcdError, b64, unb64
 from headway.lock.backends.etcd.inspect import holders, parse_value, value
 from headway.lock.backends.etcd.places import Place
+from headway.lock.backends.etcd.requests import key_id, listing, prefix_end, put_once
 from headway.lock.driver import QueuedBackend
 from headway.lock.flow import Attempt, Try
 from headway.lock.introspection import HolderMode, LockState
@@ -86,7 +82,7 @@ class EtcdModeBackend(EtcdLockBackend):
         self._space = mode.family
 
     def _key(self, resource: str, token: str) -> str:
-        return f"{self._prefix(resource)}{_TAGS[self.mode.kind]}/{_key_id(token):016x}"
+        return f"{self._prefix(resource)}{_TAGS[self.mode.kind]}/{key_id(token):016x}"
 
     async def _step(self, resource: str, step: Try) -> Attempt:
         sent = self.clock()
@@ -139,7 +135,7 @@ class EtcdModeBackend(EtcdLockBackend):
         prefix = self._prefix(resource)
         refused = functools.partial(self._refused, resource, token)
         return self._gateway.deleted(
-            prefix, queue.revision, None, range_end=_prefix_end(prefix), still=refused
+            prefix, queue.revision, None, range_end=prefix_end(prefix), still=refused
         )
 
     def _blocker(self, queue: _Queue, mine: _Request) -> str | None:
@@ -173,30 +169,13 @@ class EtcdModeBackend(EtcdLockBackend):
         """Put our key (unless a lost reply's attempt did) and read the queue with it."""
         key, lease = place.key, place.session.lease
         needed = str(self.mode.capacity) if self.mode.kind == "permits" else ""
-        read = {"request_range": self._listing(resource, self.mode.kind != "permits")}
-        reply = await self._gateway.call(
-            "kv/txn",
-            {
-                "compare": [{"key": b64(key), "target": "CREATE", "result": "EQUAL"}],
-                "success": [
-                    {
-                        "request_put": {
-                            "key": b64(key),
-                            "value": b64(value(needed)),
-                            "lease": str(lease),
-                        }
-                    },
-                    read,
-                ],
-                "failure": [read],
-            },
-        )
+        read = listing(self._prefix(resource), self.mode.kind != "permits")
+        reply = await self._gateway.call("kv/txn", put_once(key, value(needed), lease, read))
         return self._parse(resource, reply["responses"][-1]["response_range"], reply)
 
     async def _queue(self, resource: str) -> _Queue:
-        reply = await self._gateway.call(
-            "kv/range", self._listing(resource, self.mode.kind != "permits")
-        )
+        keys_only = self.mode.kind != "permits"
+        reply = await self._gateway.call("kv/range", listing(self._prefix(resource), keys_only))
         return self._parse(resource, reply, reply)
 
     def _parse(self, resource: str, listing: dict[str, Any], reply: dict[str, Any]) -> _Queue:
@@ -221,9 +200,9 @@ class EtcdModeBackend(EtcdLockBackend):
         Args:
             resource: The lock's name.
         """
-        listing = await self._gateway.call("kv/range", self._listing(resource, False))
-        queue = self._parse(resource, listing, listing)
-        kvs = {unb64(kv["key"]): kv for kv in listing.get("kvs", [])}
+        keys = await self._gateway.call("kv/range", listing(self._prefix(resource), False))
+        queue = self._parse(resource, keys, keys)
+        kvs = {unb64(kv["key"]): kv for kv in keys.get("kvs", [])}
         skip = len(self._prefix(resource))
         line = queue.requests
         capacity = line[-1].capacity if line else WHOLE  # the newest acquire's

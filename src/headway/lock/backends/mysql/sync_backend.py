@@ -10,10 +10,10 @@ the design; what differs:
   is bounded by the socket's read timeout, set for that statement (pymysql's
   ``read_timeout``): ``timeout`` for a plain statement, the lock wait plus
   ``timeout`` for the grant. A timed-out grant may still be waiting (or granted) on
-  the server: it is interrupted with ``KILL CONNECTION`` from another connection and its
-  session closed, as a cancelled async waiter's. Another driver's statements are
-  bounded only by what its own connect arguments say. Checking a connection out
-  waits as long as the engine's ``pool_timeout``.
+  the server: it is interrupted with ``KILL CONNECTION`` from another connection, waited
+  for until the session has ended, and closed, as a cancelled async waiter's. Another
+  driver's statements are bounded only by what its own connect arguments say. Checking
+  a connection out waits as long as the engine's ``pool_timeout``.
 - **An interrupted call** (``KeyboardInterrupt`` in a waiting thread) ends the same
   way: the wait is interrupted and the session closed, so nothing is left behind.
 - Extend and release of one lease from two threads (``SyncLock.hold``'s renewals)
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -224,6 +225,14 @@ class SyncMySQLLockBackend(SyncWindowClaims, common.Common):
         with contextlib.suppress(Exception), self.engine.connect() as killer:
             # A closed socket does not end a GET_LOCK wait: the server must be told.
             self._execute(killer, common.kill(session), {}, self.timeout)
+            # KILL returns before the session ends, which holds its lock till then, and
+            # nothing tells when it ends: ask (within ``timeout``, as the async backend),
+            # so that an acquire that failed has left nothing behind once it raises.
+            alive, give_up = {"session": session}, time.monotonic() + self.timeout
+            while self._execute(killer, common.SESSION_ALIVE, alive, self.timeout).scalar_one():
+                if time.monotonic() >= give_up:
+                    break
+                time.sleep(0.001)
         _discard(conn)
 
     def _give_back(self, conn: Connection) -> None:
