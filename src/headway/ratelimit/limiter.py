@@ -16,8 +16,9 @@ from typing import Any
 from headway._clock import Clock, within
 from headway._errors import BackendUnavailable
 from headway.ratelimit.arguments import check_seconds
-from headway.ratelimit.backends.contract import LeasingBackend, RateLimitBackend
+from headway.ratelimit.backends.contract import RateLimitBackend
 from headway.ratelimit.backends.fast_path import fast_path_of
+from headway.ratelimit.backends.leasing_contract import LeasingBackend
 from headway.ratelimit.backends.memory import MemoryRateLimitBackend
 from headway.ratelimit.backends.settling import ReservingBackend
 from headway.ratelimit.decision import Decision, decision_from_reply

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 from headway._clock import Clock, MonotonicClock
 from headway._errors import BackendUnavailable
 from headway.ratelimit.algorithms import PolicySet
-from headway.ratelimit.backends.contract import decide_states, lease_states, state_names
+from headway.ratelimit.backends.contract import decide_states, state_names
 from headway.ratelimit.backends.fast_path import FastPath
+from headway.ratelimit.backends.leasing_contract import lease_states
 from headway.ratelimit.backends.settling import reserve_states, settle_states
 from headway.ratelimit.decision import Decision, decision_from_reply
 from headway.ratelimit.leasing import Leasing
