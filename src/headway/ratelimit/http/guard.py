@@ -5,10 +5,10 @@
 that do, in order, one limiter decision (one round trip) each, and stops at
 the first rule that rejects (rules after it are not charged; rules before it
 keep their charge, as with any limiter chain). It reports every decision to
-the hook, counts it, logs outages once, and returns a ``Ruling`` built with
-the ``headers`` module: the header fields to add, or the whole refusal (429
-with problem+json, or 503 when a rule fails closed), and the concurrency
-slots the request holds. An ``on_refusal`` hook may reshape the refusal
+the hook, counts it, logs outages once (``reporting``), and returns a
+``Ruling`` built with the ``headers`` module: the header fields to add, or the
+whole refusal (429 with problem+json, or 503 when a rule fails closed), and
+the concurrency slots the request holds. An ``on_refusal`` hook may reshape the refusal
 (``refusals``); a rule whose policies are a function of the request resolves
 them first (``dynamic``). With ``max_wait``, a refused request waits for
 admission in a line per key (``ratelimit/waiting.py``) before it is refused;
