@@ -1,7 +1,7 @@
 """The in-memory rate-limit backend: the embedded default and the reference model.
 
 It decides with ``contract.decide_states`` (the ``model``) and leases with
-``contract.lease_states`` (the ``lease_model``) over a dict in one process,
+``leasing_contract.lease_states`` (the ``lease_model``) over a dict in one process,
 with the scripts' semantics: one state per policy (``contract.state_names``), the same
 TTLs (an expired state reads as missing), the same replies. Concurrency slots are a
 semaphore's permits in the lock family's own model (``lock.backends.memory_modes``:
