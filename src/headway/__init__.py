@@ -98,14 +98,16 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.metrics.prometheus import PrometheusMetrics
     from headway.ratelimit.backends.contract import (
         ConcurrencyBackend,
-        LeasingBackend,
         RateLimitBackend,
         SyncConcurrencyBackend,
-        SyncLeasingBackend,
         SyncRateLimitBackend,
         decide_states,
-        lease_states,
         state_names,
+    )
+    from headway.ratelimit.backends.leasing_contract import (
+        LeasingBackend,
+        SyncLeasingBackend,
+        lease_states,
     )
     from headway.ratelimit.backends.memory import MemoryRateLimitBackend, SyncMemoryRateLimitBackend
     from headway.ratelimit.backends.redis import RedisRateLimitBackend
@@ -120,7 +122,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.ratelimit.decision import Decision, PolicyDecision, Source
     from headway.ratelimit.http.decorator import RateLimitDecorator, rate_limit
     from headway.ratelimit.http.dependency import RateLimitDependency, RateLimitRefused
-    from headway.ratelimit.http.guard import DecisionHook, RateLimitEvent
     from headway.ratelimit.http.identity import (
         ApiKey,
         AuthenticatedUser,
@@ -131,6 +132,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from headway.ratelimit.http.metering import Meter, Metering
     from headway.ratelimit.http.middleware import RateLimitMiddleware
     from headway.ratelimit.http.refusals import RefusalContext, RefusalHook
+    from headway.ratelimit.http.reporting import DecisionHook, RateLimitEvent
     from headway.ratelimit.http.rules import LimiterSettings, PolicyFunction, Rule
     from headway.ratelimit.http.websocket import WebSocketRateLimitMiddleware
     from headway.ratelimit.http.websocket_rules import WebSocketRule
@@ -230,14 +232,16 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway.lock.sync_multi": ("SyncMultiLock",),
     "headway.ratelimit.backends.contract": (
         "ConcurrencyBackend",
-        "LeasingBackend",
         "RateLimitBackend",
         "SyncConcurrencyBackend",
-        "SyncLeasingBackend",
         "SyncRateLimitBackend",
         "decide_states",
-        "lease_states",
         "state_names",
+    ),
+    "headway.ratelimit.backends.leasing_contract": (
+        "LeasingBackend",
+        "SyncLeasingBackend",
+        "lease_states",
     ),
     "headway.ratelimit.backends.memory": ("MemoryRateLimitBackend", "SyncMemoryRateLimitBackend"),
     "headway.ratelimit.backends.redis": ("RedisRateLimitBackend",),
@@ -245,7 +249,6 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "headway.ratelimit.concurrency": ("ConcurrencyLimiter", "SyncConcurrencyLimiter"),
     "headway.ratelimit.decision": ("Decision", "PolicyDecision", "Source"),
     "headway.ratelimit.http.decorator": ("RateLimitDecorator", "rate_limit"),
-    "headway.ratelimit.http.guard": ("DecisionHook", "RateLimitEvent"),
     "headway.ratelimit.http.identity": (
         "ApiKey",
         "AuthenticatedUser",
@@ -254,6 +257,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "SessionCookie",
     ),
     "headway.ratelimit.http.middleware": ("RateLimitMiddleware",),
+    "headway.ratelimit.http.reporting": ("DecisionHook", "RateLimitEvent"),
     "headway.ratelimit.http.rules": ("LimiterSettings", "PolicyFunction", "Rule"),
     "headway.ratelimit.http.websocket": ("WebSocketRateLimitMiddleware",),
     "headway.ratelimit.http.websocket_rules": ("WebSocketRule",),

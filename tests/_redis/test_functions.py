@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
+import itertools
 import logging
 import typing
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 from redis import asyncio as aioredis
 
+import headway
 from headway import (
     Concurrency,
     ConcurrencyLimiter,
@@ -32,7 +36,12 @@ from headway.lock.backends.redis.keys import lock_keys
 from headway.lock.backends.redlock import backend as redlock
 from headway.ratelimit.algorithms import ALGORITHMS, Algorithm, PolicySet
 from headway.ratelimit.backends import redis_scripts
-from headway.ratelimit.backends.redis_scripts import decide_script, lease_script
+from headway.ratelimit.backends.redis_scripts import (
+    decide_script,
+    lease_script,
+    reserve_script,
+    settle_script,
+)
 from headway.ratelimit.lease_model import NotLeased
 from headway.ratelimit.policies import Policy
 from headway.ratelimit.slots import slot_key
@@ -143,25 +152,60 @@ def _policy(algorithm: Algorithm) -> Policy:
 
 
 def _every_script() -> list[Script]:
-    """Every script headway sends: locks, lock modes (semaphores: concurrency slots too),
-    and each algorithm's decide and lease."""
-    scripts = [
-        getattr(module, name)
+    """Every script headway sends, once each: locks, lock modes (semaphores: concurrency
+    slots too), and each algorithm's decide, lease, reserve and settle, alone and all
+    together."""
+    fixed = {
+        script.function: script  # ``redlock`` sends some of the lock's own scripts
         for module in (lock_scripts, mode_scripts, redlock, redis_scripts)
-        for name in dir(module)
-        if isinstance(getattr(module, name), Script)
-    ]
+        for script in vars(module).values()
+        if isinstance(script, Script)
+    }
+    scripts = list(fixed.values())
     policies = [_policy(a) for a in ALGORITHMS]
     leased = [_policy(a) for a in ALGORITHMS if not isinstance(a.lease, NotLeased)]
     scripts += [decide_script([p]) for p in policies] + [decide_script(policies)]
     scripts += [lease_script(PolicySet([p])) for p in leased] + [lease_script(PolicySet(leased))]
+    for built in (reserve_script, settle_script):
+        scripts += [built([p]) for p in policies] + [built(policies)]
     return scripts
+
+
+def _lua_scripts() -> set[str]:
+    """The Lua files that run as scripts (named as ``Script`` names them): every file under
+    ``lua/`` but the libraries and fragments, whose opening comment says they never run
+    alone."""
+    root = Path(headway.__file__).parent / "lua"
+    names = set()
+    for path in root.rglob("*.lua"):
+        comment = itertools.takewhile(
+            lambda line: line.startswith("--"), path.read_text().split("\n")
+        )
+        opening = " ".join(line.lstrip("-").strip() for line in comment)
+        if "run alone" not in opening:
+            names.add(path.relative_to(root).with_suffix("").as_posix())
+    return names
+
+
+def _expected_scripts() -> dict[str, int]:
+    """How many scripts run each Lua file: one, but for those built per algorithm: one per
+    algorithm (per leased one for a lease), and one for all of them together (a single
+    policy's decision runs ``decide_one``, several ``decide``)."""
+    algorithms = len(ALGORITHMS)
+    leased = sum(not isinstance(a.lease, NotLeased) for a in ALGORITHMS)
+    per_algorithm = {
+        "ratelimit/decide_one": algorithms,
+        "ratelimit/lease": leased + 1,
+        "ratelimit/reserve": algorithms + 1,
+        "ratelimit/settle": algorithms + 1,
+    }
+    return {name: per_algorithm.get(name, 1) for name in _lua_scripts()}
 
 
 def test_every_script_loads_as_a_library(server: Server) -> None:
     client = redis.Redis(port=server.port)
     scripts = _every_script()
-    assert len(scripts) >= 15  # a floor: the exact count follows the algorithm table
+    assert collections.Counter(script.name for script in scripts) == _expected_scripts()
     for script in scripts:
         assert client.function_load(script.library, replace=True) == script.function.encode()
     client.close()

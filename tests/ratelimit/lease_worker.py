@@ -83,10 +83,11 @@ async def main(mode: str, url: str, key: str, spec: str, seconds: str, tasks: st
         return
     count = int((await limiter.hit(key)).allowed)
     if mode == "idle":
-        ledger = limiter._ledger
-        assert ledger is not None
+        leases = limiter._leases
+        assert leases is not None
+        ledger = leases.ledger
         for _ in range(500):  # until the hold timer has given the lease back
-            if not ledger.held and not limiter._returns:
+            if not ledger.held and not leases.returns:
                 break
             await asyncio.sleep(0.01)
         print(json.dumps({"admitted": count, "held": len(ledger.held)}), flush=True)

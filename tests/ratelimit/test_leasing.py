@@ -119,10 +119,11 @@ async def test_a_held_lease_goes_back_after_hold(make_backend: BackendFactory) -
     busy = RateLimiter(FixedWindow(10, 3600.0), backend=backend, lease=Leasing(10, 1))
     assert (await idle.hit("k")).allowed
     assert not (await busy.hit("k")).allowed  # every unit sits in the idle one's lease
-    ledger = idle._ledger
-    assert ledger is not None
+    leases = idle._leases
+    assert leases is not None
+    ledger = leases.ledger
     for _ in range(200):  # the hold time is a timer: wait for it, bounded
-        if not ledger.held and not idle._returns:
+        if not ledger.held and not leases.returns:
             break
         await asyncio.sleep(0.01)
     assert sum([(await busy.hit("k")).allowed for _ in range(12)]) == 9
@@ -213,14 +214,15 @@ async def test_a_stalled_redis_spends_the_lease_then_fails_as_the_policy_says(
 async def test_a_forked_child_never_spends_its_parents_lease() -> None:
     limiter = RateLimiter(FixedWindow(10, 3600.0), lease=Leasing(chunk=10, share=1))
     assert (await limiter.hit("k")).allowed
-    ledger = limiter._ledger
-    assert ledger is not None
+    leases = limiter._leases
+    assert leases is not None
+    ledger = leases.ledger
     read, write = os.pipe()
     with warnings.catch_warnings():  # fork() in a process with threads: the child only reads
         warnings.simplefilter("ignore", DeprecationWarning)
         pid = os.fork()
     if pid == 0:  # the child: its copy of the lease must be gone
-        spent = ledger.spend("k", limiter._now_us(), 1, False)
+        spent = ledger.spend("k", leases.now_us(), 1, False)
         os.write(write, b"spent" if spent is not None else b"none")
         os._exit(0)
     os.close(write)

@@ -20,7 +20,7 @@ from headway import (
     TokenBucket,
 )
 from headway._clock import FakeClock
-from headway.ratelimit.backends.contract import SyncLeasingBackend
+from headway.ratelimit.backends.leasing_contract import SyncLeasingBackend
 from headway.ratelimit.policies import OnError
 
 SyncFactory = Callable[[], SyncLeasingBackend]

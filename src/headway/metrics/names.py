@@ -13,7 +13,7 @@ from typing import Literal
 
 from headway.idempotency.events import IdempotencyEvent
 from headway.lock.events import LockEvent
-from headway.ratelimit.http.guard import RateLimitEvent
+from headway.ratelimit.http.reporting import RateLimitEvent
 
 __all__ = [
     "BACKEND_ERRORS",

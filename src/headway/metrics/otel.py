@@ -18,7 +18,7 @@ from headway.metrics.names import (
     measures_of_idempotency,
     measures_of_lock,
 )
-from headway.ratelimit.http.guard import RateLimitEvent
+from headway.ratelimit.http.reporting import RateLimitEvent
 
 __all__ = ["OpenTelemetryMetrics"]
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from headway.ratelimit import lease_model, model, settle_model
-from headway.ratelimit.lease_model import BucketLease, Lease, NotLeased, WindowLease
+from headway.ratelimit.lease_model import BucketLease, NotLeased, QuotaLeaseModel, WindowLease
 from headway.ratelimit.model import ModelCheck
 from headway.ratelimit.policies import (
     FixedWindow,
@@ -42,7 +42,7 @@ class Algorithm:
     string_state: bool = True
     #: Whether and how a lease takes its quota: required, so that a new algorithm is
     #: never silently left out of leasing (``lease_model``).
-    lease: Lease = field(kw_only=True)
+    lease: QuotaLeaseModel = field(kw_only=True)
     #: How a reservation settles (``settle_model``; its fragment
     #: ``lua/ratelimit/settling/<name>.lua``): required, as every algorithm must settle.
     settle: ModelSettle = field(kw_only=True)
@@ -128,7 +128,7 @@ class PolicySet(tuple[Policy, ...]):
     flat: tuple[int, ...]
     checks: tuple[tuple[ModelCheck, int, int], ...]
     settles: tuple[tuple[ModelSettle, int, int], ...]
-    leases: tuple[Lease, ...]
+    leases: tuple[QuotaLeaseModel, ...]
     suffixes: tuple[str, ...]
     stored: tuple[str, ...]
     algorithms: tuple[Algorithm, ...]  # the algorithms used, by kind, once each

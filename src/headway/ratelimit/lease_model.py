@@ -31,8 +31,8 @@ from headway.ratelimit.model import AlgorithmResult, ModelCheck
 
 __all__ = [
     "BucketLease",
-    "Lease",
     "NotLeased",
+    "QuotaLeaseModel",
     "WindowLease",
     "bucket_charge",
     "fixed_window",
@@ -85,8 +85,9 @@ class NotLeased:
     reason: str
 
 
-#: What an algorithm's entry in ``algorithms.ALGORITHMS`` must declare.
-Lease = WindowLease | BucketLease | NotLeased
+#: How an algorithm's quota is leased (a quota lease), or why not: what its entry in
+#: ``algorithms.ALGORITHMS`` must declare. Not the lock's ``headway.Lease``.
+QuotaLeaseModel = WindowLease | BucketLease | NotLeased
 
 
 # Fixed window: state (window index, count); the mark is the window index.
@@ -155,7 +156,7 @@ def window_terms(now: int, a: int) -> tuple[int, int, int]:
     return (index + 1) * a - now - 1, 0, index
 
 
-def give_back(how: Lease, state: Any, mark: int, units: int, a: int) -> Any:
+def give_back(how: QuotaLeaseModel, state: Any, mark: int, units: int, a: int) -> Any:
     """``state`` with ``units`` given back to it, or None if ``mark`` no longer matches."""
     if state is None or isinstance(how, NotLeased):
         return None
@@ -170,7 +171,7 @@ def grant(least: int, cost: int, want: int, permille: int) -> int:
 def lease(
     states: Sequence[Any],
     checks: Sequence[tuple[ModelCheck, int, int]],
-    leases: Sequence[Lease],
+    leases: Sequence[QuotaLeaseModel],
     now: int,
     cost: int,
     want: int,

@@ -2,13 +2,12 @@
 
 A thin shell (``shell.Shell``) over the pure parts, awaiting the backend within its
 latency budget; ``sync_limiter.py`` is the blocking twin. Leased quota is decided here
-from the ``Ledger`` (``leasing.py``), with a timer per lease for its hold.
+from the ``Ledger`` (``leasing.py``) while a lease covers the call, else by
+``async_leasing.AsyncLeases`` (the lease calls, a timer per lease for its hold).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -16,12 +15,14 @@ from typing import Any
 from headway._clock import Clock, within
 from headway._errors import BackendUnavailable
 from headway.ratelimit.arguments import check_seconds
-from headway.ratelimit.backends.contract import LeasingBackend, RateLimitBackend
+from headway.ratelimit.async_leasing import AsyncLeases
+from headway.ratelimit.backends.contract import RateLimitBackend
 from headway.ratelimit.backends.fast_path import fast_path_of
+from headway.ratelimit.backends.leasing_contract import LeasingBackend
 from headway.ratelimit.backends.memory import MemoryRateLimitBackend
 from headway.ratelimit.backends.settling import ReservingBackend
 from headway.ratelimit.decision import Decision, decision_from_reply
-from headway.ratelimit.leasing import Held, Leasing, Ledger, back_of
+from headway.ratelimit.leasing import Leasing, Ledger
 from headway.ratelimit.policies import Policy
 from headway.ratelimit.reservation import Reservation
 from headway.ratelimit.shell import Shell, nanoseconds
@@ -75,14 +76,20 @@ class RateLimiter(Shell):
         super().__init__(policies, budget, retry_on_error, cache_blocked, clock, metered)
         self.backend: RateLimitBackend = backend or MemoryRateLimitBackend()
         self.lease = lease
-        self._ledger: Ledger | None = None
+        self._lines = WaitLines(self.clock)  # of ``wait``: one FIFO line per key
+        self._ns = nanoseconds(self.clock)
+        self._leases: AsyncLeases | None = None
+        self._ledger: Ledger | None = None  # the leases' ledger, which the hot path spends
         if lease is not None:
             if not callable(getattr(self.backend, "lease", None)):
                 raise TypeError(f"backend {self.backend!r} cannot lease quota")
-            self._ledger = Ledger(lease, self.policies)
-        self._returns: set[asyncio.Task[None]] = set()
-        self._lines = WaitLines(self.clock)  # of ``wait``: one FIFO line per key
-        self._ns = nanoseconds(self.clock)
+            leasing: LeasingBackend = self.backend  # type: ignore[assignment]
+            self._leases = AsyncLeases(
+                lease, self.policies, leasing, self.budget, self._ns, self._failed, self.cache
+            )
+            self._ledger = self._leases.ledger
+            # Called when the ledger cannot cover a call (so only with a ledger).
+            self._leased = self._leases.decide
         # A built-in backend's fast path (``backends/fast_path.py``), asked for once.
         fast = fast_path_of(self.backend)
         self._submit = None if fast is None else fast.submit
@@ -114,7 +121,7 @@ class RateLimiter(Shell):
         if (ledger := self._ledger) is not None:
             if (local := ledger.spend(key, self._ns() // 1000, cost, peek)) is not None:
                 return local  # the hot path: no I/O, no coroutine below this one
-            return await self._leased(ledger, key, cost, peek)
+            return await self._leased(key, cost, peek)
         sent = 0.0 if self.cache is None else self.clock()
         submit = self._submit
         try:
@@ -141,85 +148,10 @@ class RateLimiter(Shell):
             self.cache.put(key, cost, decision, sent)
         return decision
 
-    def _now_us(self) -> int:
-        return self._ns() // 1000
-
-    async def _leased(self, ledger: Ledger, key: str, cost: int, peek: bool) -> Decision:
-        """Decide when ``key``'s lease cannot: take a new one (one backend call)."""
-        if peek:  # ask the backend, this lease's units given back first (as a hit would)
-            if (held := ledger.take(key)) is not None:
-                await self._return(key, held)
-            return await self._unleased(key, cost, peek)
-        pending = ledger.pending.get(key)
-        if pending is not None:  # another task is taking a lease for this key: share it
-            await asyncio.shield(pending)
-            if (local := ledger.spend(key, self._now_us(), cost, peek)) is not None:
-                return local
-        back = back_of(ledger.take(key))  # a lease spent or ended: return what is left
-        mine = asyncio.get_running_loop().create_future()
-        ledger.pending.setdefault(key, mine)  # others wait for the first call in flight
-        sent = self._now_us()
-        backend: LeasingBackend = self.backend  # type: ignore[assignment]
-        try:
-            reply = await within(
-                self.budget, backend.lease(key, self.policies, cost, ledger.leasing, back)
-            )
-        except (TimeoutError, BackendUnavailable):
-            return self._failed()
-        finally:
-            if not mine.done():
-                mine.set_result(None)
-            if ledger.pending.get(key) is mine:
-                del ledger.pending[key]
-        decision = ledger.decision(reply, cost)
-        if reply[0]:
-            installed = ledger.install(key, reply, sent, cost)
-            self._expire_later(key, installed, ledger)
-        elif self.cache is not None:
-            self.cache.put(key, cost, decision, sent / 1e6)
-        return decision
-
-    async def _unleased(self, key: str, cost: int, peek: bool) -> Decision:
-        try:
-            return await within(self.budget, self.backend.decide(key, self.policies, cost, peek))
-        except (TimeoutError, BackendUnavailable):
-            return self._failed()
-
-    def _expire_later(self, key: str, replaced: Held | None, ledger: Ledger) -> None:
-        held = ledger.held[key]
-        loop = asyncio.get_running_loop()
-        if replaced is not None:
-            self._give_back(key, replaced)
-        loop.call_later(ledger.leasing.hold, self._expired, key, held, ledger)
-
-    def _expired(self, key: str, held: Held, ledger: Ledger) -> None:
-        if (ended := ledger.expired(key, held)) is not None:
-            self._give_back(key, ended)
-
-    def _give_back(self, key: str, held: Held) -> None:
-        """Return ``held``'s unspent units in the background (lost if the backend fails)."""
-        task = asyncio.get_running_loop().create_task(self._return(key, held))
-        self._returns.add(task)
-        task.add_done_callback(self._returns.discard)
-
-    async def _return(self, key: str, held: Held) -> None:
-        backend: LeasingBackend = self.backend  # type: ignore[assignment]
-        if self.lease is None:
-            return
-        # On failure the units come back anyway, when their window ends or the bucket refills.
-        with contextlib.suppress(TimeoutError, BackendUnavailable):
-            await within(
-                self.budget, backend.lease(key, self.policies, 0, self.lease, back_of(held))
-            )
-
     async def return_leases(self) -> None:
         """Give every lease's unspent units back now (before a process goes idle or exits)."""
-        if self._ledger is None:
-            return
-        for key, held in self._ledger.everything():
-            await self._return(key, held)
-        if self._returns:
-            await asyncio.gather(*self._returns, return_exceptions=True)
+        if self._leases is not None:
+            await self._leases.return_all()
 
     async def hit(self, key: str, cost: int = 1) -> Decision:
         """Charge ``cost`` units to ``key`` if every policy admits them.

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from headway._errors import BackendUnavailable
 from headway.ratelimit.algorithms import PolicySet
-from headway.ratelimit.backends.contract import SyncLeasingBackend
+from headway.ratelimit.backends.leasing_contract import SyncLeasingBackend
 from headway.ratelimit.decision import Decision
 from headway.ratelimit.leasing import Held, Leasing, Ledger, back_of
 

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from headway._clock import Clock
 from headway._errors import BackendUnavailable
 from headway.ratelimit.arguments import check_seconds
-from headway.ratelimit.backends.contract import SyncLeasingBackend, SyncRateLimitBackend
+from headway.ratelimit.backends.contract import SyncRateLimitBackend
+from headway.ratelimit.backends.leasing_contract import SyncLeasingBackend
 from headway.ratelimit.backends.memory import SyncMemoryRateLimitBackend
 from headway.ratelimit.backends.settling import SyncReservingBackend
 from headway.ratelimit.decision import Decision

@@ -1,7 +1,7 @@
 """The in-memory rate-limit backend: the embedded default and the reference model.
 
 It decides with ``contract.decide_states`` (the ``model``) and leases with
-``contract.lease_states`` (the ``lease_model``) over a dict in one process,
+``leasing_contract.lease_states`` (the ``lease_model``) over a dict in one process,
 with the scripts' semantics: one state per policy (``contract.state_names``), the same
 TTLs (an expired state reads as missing), the same replies. Concurrency slots are a
 semaphore's permits in the lock family's own model (``lock.backends.memory_modes``:
@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 from headway._clock import Clock, MonotonicClock
 from headway._errors import BackendUnavailable
 from headway.ratelimit.algorithms import PolicySet
-from headway.ratelimit.backends.contract import decide_states, lease_states, state_names
+from headway.ratelimit.backends.contract import decide_states, state_names
 from headway.ratelimit.backends.fast_path import FastPath
+from headway.ratelimit.backends.leasing_contract import lease_states
 from headway.ratelimit.backends.settling import reserve_states, settle_states
 from headway.ratelimit.decision import Decision, decision_from_reply
 from headway.ratelimit.leasing import Leasing

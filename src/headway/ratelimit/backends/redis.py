@@ -8,14 +8,13 @@ the same call when missing (``_redis.scripts``). A lease is one call of
 (``fast_path.FastPath``): the call written on headway's pipelined connection without a
 coroutine, its arguments packed once per policy set (``redis_scripts.Packing``).
 Concurrency slots (the permits of ``ratelimit.permits``) are a semaphore's permits
-(``lua/lock/modes/``, keys named by ``slots.slot_key``): an acquire is one call of the
-answer-at-once ``lock/modes/try``, a release or a renewal one of the semaphore's own.
+(``redis_slots``): an acquire is one call of the answer-at-once ``lock/modes/try``, a
+release or a renewal one of the semaphore's own.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,14 +26,7 @@ from headway._redis.errors import UNAVAILABLE, unavailable
 from headway._redis.resp import Packed
 from headway._redis.scripts import Script
 from headway._redis.wire import Wires, forget
-from headway.lock.backends.redis.mode_keys import (
-    MODE_EXTEND,
-    MODE_RELEASE,
-    MODE_TRY,
-    ModeCalls,
-    released,
-)
-from headway.lock.modes import permits
+from headway.lock.backends.redis.mode_keys import MODE_EXTEND, MODE_RELEASE, MODE_TRY, released
 from headway.ratelimit.algorithms import PolicySet
 from headway.ratelimit.backends.fast_path import FastPath
 from headway.ratelimit.backends.redis_scripts import (
@@ -43,57 +35,26 @@ from headway.ratelimit.backends.redis_scripts import (
     decide_script,
     lease_call,
     lease_script,
+    micros,
+    packing_in,
     reserve_call,
     reserve_script,
     settle_call,
     settle_script,
     state_keys,
 )
+from headway.ratelimit.backends.redis_slots import SlotCalls, grant
 from headway.ratelimit.decision import Decision, decision_from_reply
 from headway.ratelimit.leasing import Leasing
 from headway.ratelimit.policies import Concurrency, Policy
-from headway.ratelimit.slots import Grant, slot_key
+from headway.ratelimit.slots import Grant
 
-__all__ = ["RedisRateLimitBackend", "grant", "micros", "packing_in", "slot_calls", "slot_key_of"]
+__all__ = ["RedisRateLimitBackend"]
 
 #: Whether calls go over headway's pipelined connection (``_redis.wire``) unless told otherwise.
 OWN_CONNECTION = True
 #: What a call on headway's connection fails with: redis-py's errors (its deadline too).
 _FAILURES: tuple[type[BaseException], ...] = (BackendUnavailable, *UNAVAILABLE)
-
-
-def grant(reply: int | Sequence[Any]) -> Grant:
-    """``lock/modes/try.lua``'s reply: the slots held when granted, else those and the
-    µs to wait."""
-    if isinstance(reply, int):
-        return Grant(True, reply, 0)
-    return Grant(False, int(reply[0]), int(reply[1]))
-
-
-def slot_calls(policy: Concurrency, sharded: bool) -> ModeCalls:
-    """The calls of ``policy``'s slots: a semaphore of ``policy.limit`` permits whose
-    resources are the limiter's keys, its holders keys named by ``slots.slot_key``."""
-    return ModeCalls(permits(policy.limit), sharded, functools.partial(slot_key_of, policy))
-
-
-def slot_key_of(policy: Concurrency, key: str) -> str:
-    """The key of ``policy``'s slots for the limiter's ``key`` (arguments in partial order)."""
-    return slot_key(key, policy)
-
-
-def packing_in(packings: dict[PolicySet, Packing], policies: PolicySet) -> Packing:
-    """``policies``' packing in ``packings``, made (and kept) if missing."""
-    packing = packings.get(policies)
-    if packing is None:
-        if len(packings) >= 256:  # policies made per request: start afresh
-            packings.clear()
-        packing = packings[policies] = Packing(policies)
-    return packing
-
-
-def micros(clock: Clock | None) -> int | None:
-    """``clock``'s time in whole microseconds, or None: the scripts then read ``TIME``."""
-    return None if clock is None else round(clock() * 1_000_000)
 
 
 class RedisRateLimitBackend:
@@ -124,9 +85,7 @@ class RedisRateLimitBackend:
         self.clock = clock
         self._wires = Wires(client, own_connection)
         self.own_connection = self._wires.enabled
-        self._sharded = isinstance(client, aioredis.RedisCluster)
-        self._slot_calls: dict[Concurrency, ModeCalls] = {}
-        self._recent_calls: tuple[Concurrency, ModeCalls] | None = None
+        self._slot_calls = SlotCalls(isinstance(client, aioredis.RedisCluster))
         # By policy set (equal sets pack alike, so limiters made per call share one).
         self._packings: dict[PolicySet, Packing] = {}
         # The last one used: one limiter per backend finds it without hashing its policies.
@@ -310,18 +269,6 @@ class RedisRateLimitBackend:
         except UNAVAILABLE as exc:
             raise unavailable(exc) from exc
 
-    def _calls(self, policy: Concurrency) -> ModeCalls:
-        recent = self._recent_calls
-        if recent is not None and recent[0] is policy:
-            return recent[1]  # one limiter per backend: found without hashing its policy
-        calls = self._slot_calls.get(policy)
-        if calls is None:
-            if len(self._slot_calls) >= 256:  # policies made per request: start afresh
-                self._slot_calls.clear()
-            calls = self._slot_calls[policy] = slot_calls(policy, self._sharded)
-        self._recent_calls = (policy, calls)
-        return calls
-
     async def _slot(
         self,
         script: Script,
@@ -335,7 +282,7 @@ class RedisRateLimitBackend:
 
     async def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
         """Take a concurrency slot (see ``ConcurrencyBackend``): one script call."""
-        calls = self._calls(policy)
+        calls = self._slot_calls.of(policy)
 
         def orphan(reply: Any) -> None:  # granted to a caller who gave up: give it back
             wire = self._wires.ready_wire()
@@ -348,7 +295,7 @@ class RedisRateLimitBackend:
         """Give a slot back; False when its lease had ended. The semaphore's release, in
         its short call (two keys) unless redis-py may send it twice; a short call
         answered -1 (somebody waits: never on a limiter's keys) is sent whole."""
-        calls, retried = self._calls(policy), not self._wires.direct()
+        calls, retried = self._slot_calls.of(policy), not self._wires.direct()
         if not retried:
             done = released(await self._slot(MODE_RELEASE, calls.short_release(key, token)))
             if done != -1:
@@ -358,7 +305,7 @@ class RedisRateLimitBackend:
 
     async def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool:
         """Renew a slot's lease; False when it had ended (the semaphore's renewal)."""
-        calls = self._calls(policy)
+        calls = self._slot_calls.of(policy)
         held = await self._slot(MODE_EXTEND, calls.short_extend(key, token, ttl_ms))
         if held == -1:
             held = await self._slot(MODE_EXTEND, calls.extend(key, token, ttl_ms))

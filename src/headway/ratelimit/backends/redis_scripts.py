@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from headway._clock import Clock
 from headway._keys import tag_base
 from headway._redis.resp import Packed, pack, pack_keys
 from headway._redis.scripts import Script
@@ -28,6 +29,8 @@ __all__ = [
     "decide_script",
     "lease_call",
     "lease_script",
+    "micros",
+    "packing_in",
     "reserve_call",
     "reserve_script",
     "settle_call",
@@ -210,3 +213,18 @@ class Packing:
         return self.keys.get(key) or _kept(
             self.keys, key, pack_keys(state_keys(key, self.policies)), 4096
         )
+
+
+def packing_in(packings: dict[PolicySet, Packing], policies: PolicySet) -> Packing:
+    """``policies``' packing in ``packings``, made (and kept) if missing."""
+    packing = packings.get(policies)
+    if packing is None:
+        if len(packings) >= 256:  # policies made per request: start afresh
+            packings.clear()
+        packing = packings[policies] = Packing(policies)
+    return packing
+
+
+def micros(clock: Clock | None) -> int | None:
+    """``clock``'s time in whole microseconds, or None: the scripts then read ``TIME``."""
+    return None if clock is None else round(clock() * 1_000_000)

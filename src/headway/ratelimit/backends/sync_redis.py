@@ -17,23 +17,24 @@ from headway.lock.backends.redis.mode_keys import (
     MODE_EXTEND,
     MODE_RELEASE,
     MODE_TRY,
-    ModeCalls,
     released,
 )
 from headway.ratelimit.algorithms import PolicySet
-from headway.ratelimit.backends.redis import grant, micros, packing_in, slot_calls
 from headway.ratelimit.backends.redis_scripts import (
     Packing,
     decide_call,
     decide_script,
     lease_call,
     lease_script,
+    micros,
+    packing_in,
     reserve_call,
     reserve_script,
     settle_call,
     settle_script,
     state_keys,
 )
+from headway.ratelimit.backends.redis_slots import SlotCalls, grant
 from headway.ratelimit.decision import Decision, decision_from_reply
 from headway.ratelimit.leasing import Leasing
 from headway.ratelimit.policies import Concurrency, Policy
@@ -64,11 +65,9 @@ class SyncRedisRateLimitBackend:
         self.client = client
         self.clock = clock
         self._wire = SyncWire(client, own_connection)
-        self._sharded = isinstance(client, redis.cluster.RedisCluster)
         # As the async backend's: a decision's arguments packed once per policy set and cost.
         self._packings: dict[PolicySet, Packing] = {}
-        self._slot_calls: dict[Concurrency, ModeCalls] = {}
-        self._recent_calls: tuple[Concurrency, ModeCalls] | None = None
+        self._slot_calls = SlotCalls(isinstance(client, redis.cluster.RedisCluster))
 
     @classmethod
     def from_url(
@@ -161,18 +160,6 @@ class SyncRedisRateLimitBackend:
         except UNAVAILABLE as exc:
             raise unavailable(exc) from exc
 
-    def _calls(self, policy: Concurrency) -> ModeCalls:
-        recent = self._recent_calls
-        if recent is not None and recent[0] is policy:
-            return recent[1]  # one limiter per backend: found without hashing its policy
-        calls = self._slot_calls.get(policy)
-        if calls is None:
-            if len(self._slot_calls) >= 256:  # policies made per request: start afresh
-                self._slot_calls.clear()
-            calls = self._slot_calls[policy] = slot_calls(policy, self._sharded)
-        self._recent_calls = (policy, calls)
-        return calls
-
     def _slot(self, script: Script, call: tuple[tuple[str, ...], list[Any]]) -> Any:
         try:
             return self._wire.call(script, call[0], call[1])
@@ -181,11 +168,13 @@ class SyncRedisRateLimitBackend:
 
     def acquire_slot(self, key: str, policy: Concurrency, token: str) -> Grant:
         """Take a concurrency slot (see ``ConcurrencyBackend``): one script call."""
-        return grant(self._slot(MODE_TRY, self._calls(policy).take(key, token, policy.ttl_ms)))
+        return grant(
+            self._slot(MODE_TRY, self._slot_calls.of(policy).take(key, token, policy.ttl_ms))
+        )
 
     def release_slot(self, key: str, policy: Concurrency, token: str) -> bool:
         """Give a slot back; False when its lease had ended (see the async backend's)."""
-        calls, retried = self._calls(policy), not self._wire.enabled
+        calls, retried = self._slot_calls.of(policy), not self._wire.enabled
         if not retried:
             done = released(self._slot(MODE_RELEASE, calls.short_release(key, token)))
             if done != -1:
@@ -194,7 +183,7 @@ class SyncRedisRateLimitBackend:
 
     def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool:
         """Renew a slot's lease; False when it had ended (the semaphore's renewal)."""
-        calls = self._calls(policy)
+        calls = self._slot_calls.of(policy)
         held = self._slot(MODE_EXTEND, calls.short_extend(key, token, ttl_ms))
         if held == -1:
             held = self._slot(MODE_EXTEND, calls.extend(key, token, ttl_ms))

@@ -3,12 +3,10 @@
 The handler keeps its signature (``ParamSpec``) and need not take a
 ``request``: the wrapper finds it among the arguments (Starlette passes it),
 or asks FastAPI for it through keyword-only parameters it adds to the
-*advertised* signature (``headway_request: Request``, and
-``headway_response: Response`` whose headers FastAPI copies onto the
-response it builds from a returned value), unless the handler takes its own.
-The wrapper removes them before calling the handler. FastAPI validates the
-request before calling the handler, so an invalid request gets its 422
-without being charged; the middleware, in contrast, limits before parsing.
+*advertised* signature (``handler_arguments.py``), and removes them before
+calling the handler. FastAPI validates the request before calling the handler,
+so an invalid request gets its 422 without being charged; the middleware, in
+contrast, limits before parsing.
 
 ``async def`` handlers are awaited. ``def`` handlers stay synchronous, so
 the frameworks still run them in their thread pool; there the wrapper runs
@@ -28,16 +26,17 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 import anyio.from_thread
-from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
 
 from headway._errors import LockLost
 from headway.ratelimit.backends.contract import RateLimitBackend
-from headway.ratelimit.http.guard import DecisionHook, Guard, Ruling
+from headway.ratelimit.http.guard import Guard, Ruling
+from headway.ratelimit.http.handler_arguments import advertised, connection
 from headway.ratelimit.http.headers import Refusal, slot_lost
 from headway.ratelimit.http.identity import Identity
 from headway.ratelimit.http.metering import Metering, settled_later
 from headway.ratelimit.http.refusals import RefusalHook
+from headway.ratelimit.http.reporting import DecisionHook
 from headway.ratelimit.http.routes import routed_template
 from headway.ratelimit.http.rules import (
     CostFunction,
@@ -57,61 +56,7 @@ __all__ = ["RateLimitDecorator", "rate_limit"]
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_REQUEST = "headway_request"
-_RESPONSE = "headway_response"
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_]{1,64}")
-
-
-def _annotated(params: list[inspect.Parameter], kind: type) -> bool:
-    for param in params:
-        annotation = param.annotation
-        if isinstance(annotation, str):  # unresolved: compare by name
-            if annotation.rsplit(".", 1)[-1] == kind.__name__:
-                return True
-        elif isinstance(annotation, type) and issubclass(annotation, kind):
-            return True
-    return False
-
-
-def _advertised(func: Callable[..., Any]) -> inspect.Signature:
-    """``func``'s signature plus the keyword-only parameters FastAPI fills for us.
-
-    FastAPI passes the request (and the sub-response) to one parameter only,
-    so a handler that already takes one keeps it and gets none of ours.
-    """
-    try:
-        signature = inspect.signature(func, eval_str=True)
-    except NameError:
-        signature = inspect.signature(func)
-    params = list(signature.parameters.values())
-    extra = []
-    if not _annotated(params, HTTPConnection):
-        extra.append(
-            inspect.Parameter(_REQUEST, inspect.Parameter.KEYWORD_ONLY, annotation=Request)
-        )
-    if not _annotated(params, Response):
-        extra.append(
-            inspect.Parameter(_RESPONSE, inspect.Parameter.KEYWORD_ONLY, annotation=Response)
-        )
-    at = next((i for i, p in enumerate(params) if p.kind is p.VAR_KEYWORD), len(params))
-    return signature.replace(parameters=[*params[:at], *extra, *params[at:]])
-
-
-def _connection(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[HTTPConnection, Any]:
-    """The request (FastAPI's injected one, or the handler's own) and FastAPI's sub-response."""
-    request = kwargs.pop(_REQUEST, None)
-    response = kwargs.pop(_RESPONSE, None)
-    if request is not None and response is not None:  # FastAPI gave both (the usual case)
-        return request, response
-    values = (*args, *kwargs.values())
-    if request is None:
-        found = [a for a in values if isinstance(a, HTTPConnection)]
-        if not found:
-            raise TypeError("rate_limit: no request among the arguments (is this an endpoint?)")
-        request = found[0]
-    if response is None:
-        response = next((a for a in values if isinstance(a, Response)), None)
-    return request, response
 
 
 def _refusal_response(refusal: Refusal | Response) -> Response:
@@ -178,65 +123,75 @@ class RateLimitDecorator:
 
     def __call__(self, func: Callable[P, Any]) -> Callable[P, Any]:
         guard = self._guard(func)
-
         if inspect.iscoroutinefunction(func):
-
-            @functools.wraps(func)
-            async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                request, sub_response = _connection(args, kwargs)
-                scope = request.scope
-                if guard.lines is None:
-                    ruling = await guard.decide(scope, scope.get("method", "GET"))
-                elif (watched := await decide_watching(guard, request)) is None:
-                    return _client_gone()
-                else:
-                    ruling = watched
-                later = False  # closed once the response is sent (a metered one)
-                try:
-                    try:
-                        if ruling.refusal is not None:
-                            return _refusal_response(ruling.refusal)
-                        result = _with_fields(ruling, await func(*args, **kwargs), sub_response)
-                        later = settled_later(ruling.slots, scope, result, sub_response)
-                        return result
-                    finally:
-                        if ruling.slots is not None and not later:
-                            await ruling.slots.aclose()
-                except LockLost:  # its slot ended: the handler was stopped (see ``hold()``)
-                    return _refusal_response(slot_lost())
-
-            wrapper: Callable[P, Any] = async_wrapper
+            wrapper = _async_wrapper(func, guard)
         else:
-
-            @functools.wraps(func)
-            def sync_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                request, sub_response = _connection(args, kwargs)
-                scope = request.scope
-                if guard.lines is None:
-                    ruling = anyio.from_thread.run(guard.decide, scope, scope.get("method", "GET"))
-                elif (watched := anyio.from_thread.run(decide_watching, guard, request)) is None:
-                    return _client_gone()
-                else:
-                    ruling = watched
-                later = False
-                try:
-                    try:
-                        if ruling.refusal is not None:
-                            return _refusal_response(ruling.refusal)
-                        result = _with_fields(ruling, func(*args, **kwargs), sub_response)
-                        later = settled_later(ruling.slots, scope, result, sub_response)
-                        return result
-                    finally:
-                        # Else nothing to free: no trip to the loop.
-                        if ruling.slots is not None and not later:
-                            anyio.from_thread.run(ruling.slots.aclose)
-                except LockLost:  # its slot ended while the handler ran: it is not counted
-                    return _refusal_response(slot_lost())
-
-            wrapper = sync_wrapper
-        wrapper.__signature__ = _advertised(func)  # type: ignore[attr-defined]
+            wrapper = _sync_wrapper(func, guard)
+        wrapper.__signature__ = advertised(func)  # type: ignore[attr-defined]
         wrapper.guard = guard  # type: ignore[attr-defined]
         return wrapper
+
+
+def _async_wrapper(func: Callable[P, Any], guard: Guard) -> Callable[P, Any]:
+    """The wrapper of an ``async def`` handler: rules and handler on the event loop."""
+
+    @functools.wraps(func)
+    async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+        request, sub_response = connection(args, kwargs)
+        scope = request.scope
+        if guard.lines is None:
+            ruling = await guard.decide(scope, scope.get("method", "GET"))
+        elif (watched := await decide_watching(guard, request)) is None:
+            return _client_gone()
+        else:
+            ruling = watched
+        later = False  # closed once the response is sent (a metered one)
+        try:
+            try:
+                if ruling.refusal is not None:
+                    return _refusal_response(ruling.refusal)
+                result = _with_fields(ruling, await func(*args, **kwargs), sub_response)
+                later = settled_later(ruling.slots, scope, result, sub_response)
+                return result
+            finally:
+                if ruling.slots is not None and not later:
+                    await ruling.slots.aclose()
+        except LockLost:  # its slot ended: the handler was stopped (see ``hold()``)
+            return _refusal_response(slot_lost())
+
+    return async_wrapper
+
+
+def _sync_wrapper(func: Callable[P, Any], guard: Guard) -> Callable[P, Any]:
+    """The wrapper of a ``def`` handler: it stays in the thread pool, the rules run on the
+    event loop (``anyio.from_thread.run``)."""
+
+    @functools.wraps(func)
+    def sync_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+        request, sub_response = connection(args, kwargs)
+        scope = request.scope
+        if guard.lines is None:
+            ruling = anyio.from_thread.run(guard.decide, scope, scope.get("method", "GET"))
+        elif (watched := anyio.from_thread.run(decide_watching, guard, request)) is None:
+            return _client_gone()
+        else:
+            ruling = watched
+        later = False
+        try:
+            try:
+                if ruling.refusal is not None:
+                    return _refusal_response(ruling.refusal)
+                result = _with_fields(ruling, func(*args, **kwargs), sub_response)
+                later = settled_later(ruling.slots, scope, result, sub_response)
+                return result
+            finally:
+                # Else nothing to free: no trip to the loop.
+                if ruling.slots is not None and not later:
+                    anyio.from_thread.run(ruling.slots.aclose)
+        except LockLost:  # its slot ended while the handler ran: it is not counted
+            return _refusal_response(slot_lost())
+
+    return sync_wrapper
 
 
 def rate_limit(

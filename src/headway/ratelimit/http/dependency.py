@@ -27,10 +27,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from headway.ratelimit.backends.contract import RateLimitBackend
-from headway.ratelimit.http.guard import DecisionHook, Guard
+from headway.ratelimit.http.guard import Guard
 from headway.ratelimit.http.identity import Identity
 from headway.ratelimit.http.metering import Metering, pending_settles
 from headway.ratelimit.http.refusals import RefusalHook
+from headway.ratelimit.http.reporting import DecisionHook
 from headway.ratelimit.http.routes import routed_template
 from headway.ratelimit.http.rules import (
     CostFunction,

@@ -36,8 +36,9 @@ from headway._clock import Clock, MonotonicClock
 from headway._http import Scope
 from headway.ratelimit.backends.contract import RateLimitBackend
 from headway.ratelimit.decision import Decision, Source
+from headway.ratelimit.http.bound_rule import BoundRule
 from headway.ratelimit.http.identity import Identity
-from headway.ratelimit.http.rules import BoundRule, LimiterSettings
+from headway.ratelimit.http.rules import LimiterSettings
 from headway.ratelimit.policies import FixedWindow
 
 __all__ = ["CACHED_ANSWERS", "LOG_EVERY", "DynamicPolicies"]

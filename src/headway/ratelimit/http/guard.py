@@ -5,10 +5,10 @@
 that do, in order, one limiter decision (one round trip) each, and stops at
 the first rule that rejects (rules after it are not charged; rules before it
 keep their charge, as with any limiter chain). It reports every decision to
-the hook, counts it, logs outages once, and returns a ``Ruling`` built with
-the ``headers`` module: the header fields to add, or the whole refusal (429
-with problem+json, or 503 when a rule fails closed), and the concurrency
-slots the request holds. An ``on_refusal`` hook may reshape the refusal
+the hook, counts it, logs outages once (``reporting``), and returns a
+``Ruling`` built with the ``headers`` module: the header fields to add, or the
+whole refusal (429 with problem+json, or 503 when a rule fails closed), and
+the concurrency slots the request holds. An ``on_refusal`` hook may reshape the refusal
 (``refusals``); a rule whose policies are a function of the request resolves
 them first (``dynamic``). With ``max_wait``, a refused request waits for
 admission in a line per key (``ratelimit/waiting.py``) before it is refused;
@@ -20,29 +20,34 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
-import inspect
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from starlette.responses import Response
 
-from headway._clock import Clock, MonotonicClock
+from headway._clock import MonotonicClock
 from headway._errors import ConcurrencyLimitExceeded
 from headway._http import Scope
 from headway.ratelimit.backends.contract import RateLimitBackend
 from headway.ratelimit.backends.memory import MemoryRateLimitBackend
 from headway.ratelimit.concurrency import ConcurrencyLimiter
 from headway.ratelimit.decision import Decision
+from headway.ratelimit.http.bound_rule import BoundRule
 from headway.ratelimit.http.dynamic import DynamicPolicies
 from headway.ratelimit.http.headers import Refusal, refusal_for, response_fields
 from headway.ratelimit.http.identity import ClientAddress, Identity
-from headway.ratelimit.http.metering import METER, Meter, Reserving
+from headway.ratelimit.http.metering import METER, Meter, Metering, Reserving
 from headway.ratelimit.http.refusals import RefusalHook, Refuser
+from headway.ratelimit.http.reporting import (
+    DecisionHook,
+    DecisionOutcome,
+    OutageLog,
+    RateLimitEvent,
+    report,
+)
 from headway.ratelimit.http.routes import RouteFunction
 from headway.ratelimit.http.rules import (
-    BoundRule,
     LimiterSettings,
     Pattern,
     Rule,
@@ -50,47 +55,13 @@ from headway.ratelimit.http.rules import (
     matches_any,
     validated_patterns,
 )
+from headway.ratelimit.limiter import RateLimiter
 from headway.ratelimit.slots import Admission
 from headway.ratelimit.waiting import DEFAULT_MAX_WAITING, Gone, WaitLines, check_waiting
 
-__all__ = ["DecisionHook", "DecisionOutcome", "Guard", "RateLimitEvent", "Ruling"]
+__all__ = ["Guard", "Ruling"]
 
 log = logging.getLogger("headway.ratelimit")
-
-#: How one decision went, as ``counts`` and the hook's event name it.
-DecisionOutcome = Literal["allowed", "rejected", "errored"]
-
-
-@dataclass(frozen=True, slots=True)
-class RateLimitEvent:
-    """One decision, as the ``on_decision`` hook sees it.
-
-    Attributes:
-        rule: The deciding rule's name.
-        identity: Whose quota was charged (what the rule's identity returned).
-        route: The request's route template, or None when unknown.
-        method: The HTTP method (``GET`` for a WebSocket handshake).
-        cost: The units the request cost.
-        decision: The limiter's ``Decision``, or the ``Admission`` of a
-            ``Concurrency`` limit.
-        outcome: ``"allowed"``, ``"rejected"``, or ``"errored"`` when the backend
-            failed or was too slow (then ``decision.source`` tells whether the rule
-            failed open or closed).
-        shadow: True when a rejection was only reported, not enforced.
-    """
-
-    rule: str
-    identity: str
-    route: str | None
-    method: str
-    cost: int
-    decision: RuleAnswer
-    outcome: DecisionOutcome
-    shadow: bool
-
-
-DecisionHook = Callable[[RateLimitEvent], "Awaitable[None] | None"]
-"""The ``on_decision`` hook: called with each ``RateLimitEvent``; sync or async."""
 
 
 class Ruling(NamedTuple):
@@ -111,44 +82,6 @@ class Ruling(NamedTuple):
 
 #: The ruling on a request no rule applies to (shared: it holds nothing).
 NO_RULE_APPLIED = Ruling((), None, None)
-
-
-class OutageLog:
-    """One rule's backend outages, logged without flooding the log.
-
-    A warning when decisions start failing (then at most one every ``every``
-    seconds while they go on, with how many failed), and one line when the
-    backend answers again after an outage that was reported.
-    """
-
-    def __init__(self, name: str, clock: Clock, every: float = 10.0) -> None:
-        self.name = name
-        self.clock = clock
-        self.every = every
-        self.failing = False
-        self.reported = False  # this outage was announced
-        self.failed = 0  # failed decisions since the last warning
-        self.warned_at: float | None = None
-
-    def failure(self, mode: str) -> None:
-        """A decision failed (``mode``: the rule failed "open" or "closed")."""
-        self.failing = True
-        self.failed += 1
-        now = self.clock()
-        if self.warned_at is None or now - self.warned_at >= self.every:
-            log.warning(
-                "rate limit %r: backend failed or exceeded its budget; failing %s "
-                "(%d failed decision(s) since the last report)",
-                self.name, mode, self.failed,
-            )  # fmt: skip
-            self.warned_at, self.failed, self.reported = now, 0, True
-
-    def success(self) -> None:
-        """The backend decided."""
-        if self.failing:
-            if self.reported:
-                log.warning("rate limit %r: backend answering again", self.name)
-            self.failing = self.reported = False
 
 
 class Guard:
@@ -245,16 +178,9 @@ class Guard:
             limiter = rule.limiter
             rate: Decision | None
             if rule.metering is not None and limiter is not None:
-                cost = await rule.metering.estimate_for(scope)
-                reserving = Reserving(scope, rule.metering, limiter, key, cost)
-                if lines is None or shadow:
-                    rate = await reserving()
-                else:  # each try in the line reserves; only an admitted one charges
-                    rate = await lines.admit((limiter, key), reserving, deadline, gone)
-                if (settles := reserving.settles()) is not None:  # the request's first
-                    if slots is None:
-                        slots = contextlib.AsyncExitStack()
-                    slots.push_async_callback(settles)
+                cost, rate, slots = await self._metered(
+                    rule.metering, limiter, scope, key, shadow, deadline, gone, slots
+                )
             else:
                 fixed = rule.fixed_cost
                 cost = fixed if fixed is not None else await rule.cost(scope)
@@ -268,9 +194,7 @@ class Guard:
                     rate = await lines.admit((limiter, key), hit, deadline, gone)
             held: Admission | None = None
             if rule.concurrency is not None and (rate is None or rate.allowed or shadow):
-                if slots is None:
-                    slots = contextlib.AsyncExitStack()
-                held = await _take_slot(slots, rule.concurrency, key)
+                held, slots = await _take_slot(slots, rule.concurrency, key)
             answers = [answer for answer in (rate, held) if answer is not None]
             checked.extend((rule, answer) for answer in answers)
             refused = await self._tally(rule, answers, shadow, identity, route, method, path, cost)
@@ -279,6 +203,35 @@ class Guard:
         if not checked:
             return NO_RULE_APPLIED
         return Ruling(response_fields(checked, self.legacy), None, slots)
+
+    async def _metered(
+        self,
+        metering: Metering,
+        limiter: RateLimiter,
+        scope: Scope,
+        key: str,
+        shadow: bool,
+        deadline: float,
+        gone: Gone | None,
+        slots: contextlib.AsyncExitStack | None,
+    ) -> tuple[int, Decision, contextlib.AsyncExitStack | None]:
+        """Reserve a metered rule's estimate: its cost, the decision, and the request's slots.
+
+        Waits in the key's line as ``decide`` does (each try in the line reserves; only an
+        admitted one charges). The settle goes on ``slots`` (made if None), closed when the
+        response ends.
+        """
+        cost = await metering.estimate_for(scope)
+        reserving = Reserving(scope, metering, limiter, key, cost)
+        lines = self.lines
+        if lines is None or shadow:
+            rate = await reserving()
+        else:
+            rate = await lines.admit((limiter, key), reserving, deadline, gone)
+        if (settles := reserving.settles()) is not None:  # the request's first
+            slots = slots if slots is not None else contextlib.AsyncExitStack()
+            slots.push_async_callback(settles)
+        return cost, rate, slots
 
     async def _tally(
         self,
@@ -303,7 +256,7 @@ class Guard:
                     rule.name, identity, route, method, cost, answer, outcome,
                     shadow and not answer.allowed,
                 )  # fmt: skip
-                await self._report(event)
+                await report(self.on_decision, event)
         refused = next((answer for answer in answers if not answer.allowed), None)
         if refused is None or not shadow:
             return refused
@@ -324,7 +277,7 @@ class Guard:
         )  # fmt: skip
         self.counts[event.rule, "errored"] += 1
         if self.on_decision is not None:
-            await self._report(event)
+            await report(self.on_decision, event)
         if event.shadow:
             log.info("shadow: rule %r would refuse %s (no policies)", event.rule, event.method)
         return not event.decision.allowed and not event.shadow
@@ -357,22 +310,13 @@ class Guard:
         self.counts[rule.name, outcome] += 1
         return outcome
 
-    async def _report(self, event: RateLimitEvent) -> None:
-        assert self.on_decision is not None
-        try:
-            result = self.on_decision(event)
-            if result is not None and inspect.isawaitable(result):  # a sync hook returns None
-                await result
-        except Exception:
-            # A broken metrics hook must not break the requests it observes.
-            log.exception("rate limit on_decision hook failed")
-
 
 async def _take_slot(
-    slots: contextlib.AsyncExitStack, limiter: ConcurrencyLimiter, key: str
-) -> Admission:
-    """Hold a slot on ``key`` (renewed while held) until ``slots`` is closed."""
+    slots: contextlib.AsyncExitStack | None, limiter: ConcurrencyLimiter, key: str
+) -> tuple[Admission, contextlib.AsyncExitStack]:
+    """Hold a slot on ``key`` (renewed while held) until ``slots`` (made if None) is closed."""
+    slots = slots if slots is not None else contextlib.AsyncExitStack()
     try:
-        return await slots.enter_async_context(limiter.hold(key))
+        return await slots.enter_async_context(limiter.hold(key)), slots
     except ConcurrencyLimitExceeded as exc:
-        return exc.admission
+        return exc.admission, slots

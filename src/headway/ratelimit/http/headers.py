@@ -43,7 +43,8 @@ from headway.ratelimit.policies import Policy
 from headway.ratelimit.slots import Admission
 
 if TYPE_CHECKING:  # rules serialize their items with this module: no import cycle at run time
-    from headway.ratelimit.http.rules import BoundRule, RuleAnswer
+    from headway.ratelimit.http.bound_rule import BoundRule
+    from headway.ratelimit.http.rules import RuleAnswer
 
 __all__ = [
     "CONCURRENCY_RETRY",

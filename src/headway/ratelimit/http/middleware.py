@@ -18,11 +18,12 @@ from starlette.responses import Response
 from headway._errors import LockLost
 from headway._http import ASGIApp, Message, Receive, Scope, Send, send_response
 from headway.ratelimit.backends.contract import RateLimitBackend
-from headway.ratelimit.http.guard import DecisionHook, DecisionOutcome, Guard
+from headway.ratelimit.http.guard import Guard
 from headway.ratelimit.http.headers import Refusal, slot_lost
 from headway.ratelimit.http.identity import Identity
 from headway.ratelimit.http.metering import Meter, pending_settles
 from headway.ratelimit.http.refusals import RefusalHook
+from headway.ratelimit.http.reporting import DecisionHook, DecisionOutcome
 from headway.ratelimit.http.routes import RouteCache, RouteFunction
 from headway.ratelimit.http.rules import LimiterSettings, Pattern, Rule
 from headway.ratelimit.http.watch import ClientWatch

@@ -29,8 +29,9 @@ from starlette.responses import Response
 
 from headway._http import Scope
 from headway.ratelimit.decision import Decision
+from headway.ratelimit.http.bound_rule import BoundRule
 from headway.ratelimit.http.headers import Refusal
-from headway.ratelimit.http.rules import BoundRule, RuleAnswer
+from headway.ratelimit.http.rules import RuleAnswer
 
 __all__ = ["RefusalAnswer", "RefusalContext", "RefusalHook", "Refuser"]
 

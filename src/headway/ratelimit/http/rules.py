@@ -1,20 +1,18 @@
 """``Rule``: which requests a set of policies guards, whose quota they charge, at what cost.
 
-A rule is a plain value; the guard binds it to a backend as a ``BoundRule``,
-which owns the rule's ``RateLimiter`` (configured by ``LimiterSettings``), its
-serialized header items, and decides whether it applies to a request.
+A rule is a plain value; the guard binds it to a backend as a ``BoundRule``
+(``bound_rule.py``), which owns the rule's ``RateLimiter`` (configured by
+``LimiterSettings``), its serialized header items, and decides whether it applies to a
+request.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import fnmatch
-import hashlib
-import inspect
 import re
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, cast
+from typing import Literal, cast
 
 from headway._clock import Clock
 from headway._http import Scope
@@ -22,19 +20,14 @@ from headway.ratelimit.arguments import check_policies
 from headway.ratelimit.backends.contract import ConcurrencyBackend, RateLimitBackend
 from headway.ratelimit.concurrency import ConcurrencyLimiter
 from headway.ratelimit.decision import Decision
-from headway.ratelimit.http.headers import concurrency_item, policy_item, sf_string
-from headway.ratelimit.http.identity import ApiKey, AuthenticatedUser, ClientAddress, Identity
+from headway.ratelimit.http.identity import Identity
 from headway.ratelimit.http.metering import Metering
 from headway.ratelimit.leasing import Leasing, check_leasable
 from headway.ratelimit.limiter import RateLimiter
-from headway.ratelimit.policies import Concurrency, OnError, Policy
+from headway.ratelimit.policies import Concurrency, Policy
 from headway.ratelimit.slots import Admission
 
-if TYPE_CHECKING:  # the guard binds them; they build BoundRules: no import cycle at run time
-    from headway.ratelimit.http.dynamic import DynamicPolicies
-
 __all__ = [
-    "BoundRule",
     "CostFunction",
     "Limit",
     "LimiterSettings",
@@ -44,6 +37,7 @@ __all__ = [
     "RuleAnswer",
     "given_policies",
     "matches_any",
+    "split_limits",
     "validated_patterns",
 ]
 
@@ -178,7 +172,7 @@ class Rule:
             if self.metering is not None:
                 raise ValueError("Rule.metering needs the rule's policies, not a function")
             return  # checked on each answer of the function
-        rates, slots = _split(self.named_policies())
+        rates, slots = split_limits(self.named_policies())
         if self.metering is not None:
             _check_metered(self.metering, rates)
         if len(slots) > 1:
@@ -285,119 +279,8 @@ def _check_metered(metering: Metering, rates: Mapping[str, Policy]) -> None:
         raise ValueError(f"Metering.policies names no rate policy of the rule: {unknown!r}")
 
 
-def _split(named: dict[str, Limit]) -> tuple[dict[str, Policy], dict[str, Concurrency]]:
+def split_limits(named: dict[str, Limit]) -> tuple[dict[str, Policy], dict[str, Concurrency]]:
+    """A rule's named limits split into its rate policies and its in-flight limits."""
     rates = {n: p for n, p in named.items() if not isinstance(p, Concurrency)}
     slots = {n: p for n, p in named.items() if isinstance(p, Concurrency)}
     return rates, slots
-
-
-async def _resolve(value: object) -> object:
-    return await value if inspect.isawaitable(value) else value
-
-
-#: Identities that answer at once with a str or None (exact types: a subclass may not).
-_SYNC_IDENTITIES = (ClientAddress, ApiKey, AuthenticatedUser)
-
-
-class BoundRule:
-    """A rule on a backend: its limiter, header items, and request matching."""
-
-    def __init__(
-        self,
-        rule: Rule,
-        backend: RateLimitBackend,
-        default_identity: Identity | Sequence[Identity],
-        settings: LimiterSettings,
-    ) -> None:
-        rates, slots = _split(rule.named_policies())
-        if rule.fail is not None:
-            on_error: OnError = "allow" if rule.fail == "open" else "deny"
-            rates = {n: dataclasses.replace(p, on_error=on_error) for n, p in rates.items()}
-            slots = {n: dataclasses.replace(p, on_error=on_error) for n, p in slots.items()}
-        self.rule = rule
-        self.name = rule.name
-        #: What keys start with: the name, unless the decorator makes it unique per endpoint.
-        self.prefix = rule.name
-        self.names = list(rates)
-        self.metering = rule.metering
-        metered = None
-        if rule.metering is not None and rule.metering.policies is not None:
-            metered = [rates[n] for n in rule.metering.policies]
-        self.limiter = (
-            settings.rate_limiter(list(rates.values()), backend, rule.lease, metered)
-            if rates
-            else None
-        )
-        self.header_names = [sf_string(n) for n in self.names]
-        self.policy_items = [policy_item(n, p) for n, p in rates.items()]
-        self.concurrency: ConcurrencyLimiter | None = None
-        self.slot_name = self.slot_header = ""
-        for name, policy in slots.items():
-            self.concurrency = settings.concurrency_limiter(policy, backend)
-            self.slot_name, self.slot_header = name, sf_string(name)
-            self.policy_items.append(concurrency_item(name, policy.limit))
-        #: The ``RateLimit-Policy`` items, serialized once (they never change).
-        self.policy_field = ", ".join(self.policy_items).encode()
-        self.methods = frozenset(m.upper() for m in rule.methods)
-        identity = rule.identity if rule.identity is not None else default_identity
-        self.identities: tuple[Identity, ...] = (
-            tuple(identity) if isinstance(identity, Sequence) else (identity,)
-        )
-        #: The rule's one identity when it answers at once (the guard then calls it directly).
-        self.sync_identity: Callable[[Scope], str | None] | None = None
-        if len(self.identities) == 1 and type(self.identities[0]) in _SYNC_IDENTITIES:
-            self.sync_identity = cast(Callable[[Scope], "str | None"], self.identities[0])
-        #: The cost when it is a constant (no function to call).
-        self.fixed_cost = rule.cost if isinstance(rule.cost, int) else None
-        self.shadow = rule.shadow
-        #: Whether deciding reads the route template (patterns, or a quota per route).
-        self.reads_route = bool(rule.routes or rule.exempt or rule.per == "route")
-        #: Resolves a dynamic rule's policies per request (set by the guard), else None.
-        self.dynamic: DynamicPolicies | None = None
-
-    def applies(self, method: str, route: str | None, path: str) -> bool:
-        """Whether the rule guards this request (``route`` is the template, if known)."""
-        if self.methods and method not in self.methods:
-            return False
-        subject = route if route is not None else path
-        rule = self.rule
-        if rule.routes and not matches_any(rule.routes, subject):
-            return False
-        return not (rule.exempt and matches_any(rule.exempt, subject))
-
-    async def identify(self, scope: Scope) -> str | None:
-        """The first identity that applies to the request, or None."""
-        for identity in self.identities:
-            found = identity(scope)
-            if type(found) is str:
-                return found
-            if found is None:
-                continue
-            value = await _resolve(found)
-            if value is not None:
-                if not isinstance(value, str):
-                    raise TypeError(f"identity {identity!r} returned {value!r}, not a str")
-                return value
-        return None
-
-    async def cost(self, scope: Scope) -> int:
-        """The units this request costs."""
-        cost = self.rule.cost
-        if isinstance(cost, int):
-            return cost
-        value = await _resolve(cost(scope))
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"cost function {cost!r} returned {value!r}, not an int")
-        return value
-
-    def key(self, identity: str, route: str | None, path: str) -> str:
-        """The limiter key: rule name, then (per route or path) a digest, then the identity.
-
-        The name and the digest hold no ``/``, so two different requests can
-        never produce the same key, whatever the identity contains.
-        """
-        if self.rule.per == "rule":
-            return f"{self.prefix}/{identity}"
-        where = (route if route is not None else "-") if self.rule.per == "route" else path
-        digest = hashlib.blake2b(where.encode("utf-8", "surrogatepass"), digest_size=8)
-        return f"{self.prefix}/{digest.hexdigest()}/{identity}"

@@ -16,8 +16,9 @@ from typing import Literal
 from headway._http import Message
 from headway.ratelimit.arguments import check_seconds
 from headway.ratelimit.backends.contract import RateLimitBackend
+from headway.ratelimit.http.bound_rule import BoundRule
 from headway.ratelimit.http.identity import Identity
-from headway.ratelimit.http.rules import BoundRule, LimiterSettings, Limits, Pattern, Per, Rule
+from headway.ratelimit.http.rules import LimiterSettings, Limits, Pattern, Per, Rule
 from headway.ratelimit.leasing import Leasing
 
 __all__ = ["POLICY_VIOLATION", "TRY_AGAIN_LATER", "BoundWebSocketRule", "Closing", "WebSocketRule"]
