@@ -9,6 +9,7 @@ import pytest
 from headway import IdempotencyEvent, MemoryLockBackend, RecordStore
 from headway.idempotency.callers import caller_id
 from headway.idempotency.record import ClaimOutcome, ForgetOutcome, StoredResponse
+from headway.idempotency.request import digest
 from tests.idempotency.apps import Bank, make_app
 
 pytestmark = pytest.mark.anyio
@@ -55,7 +56,10 @@ async def test_every_outcome_reaches_the_hook(store: RecordStore) -> None:
         ("claimed", "held"), ("conflict", "held"), ("completed", "held"),
     ]  # fmt: skip
     assert {e.source for e in seen} == {"http"}
-    assert len({e.scope for e in seen}) == 1
+    assert len({e.caller for e in seen}) == 1
+    # The caller's id (a hash of the scope function's name for it), never the credentials.
+    assert seen[0].caller == caller_id("auth:" + digest(b"Bearer a"))
+    assert seen[0].scope == seen[0].caller  # the older name, for hooks that read it
     claimed, completed = seen[0], seen[1]
     assert claimed.fence is not None
     assert claimed.fence == completed.fence

@@ -114,7 +114,7 @@ async def test_events_of_a_first_call_and_a_replay(kit: Kit) -> None:
     assert await charge("o-3") == 7
     assert await charge("o-3") == 7
     assert [e.kind for e in seen] == ["claimed", "completed", "replayed"]
-    assert {(e.scope, e.source) for e in seen} == {("billing.charge", "function")}
+    assert {(e.caller, e.source) for e in seen} == {("billing.charge", "function")}
     assert len({e.key for e in seen}) == 1
     assert seen[0].fence is not None
     assert seen[0].fence == seen[1].fence == seen[2].fence

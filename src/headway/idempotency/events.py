@@ -27,17 +27,23 @@ class IdempotencyEvent:
 
     Attributes:
         kind: What happened (``IdempotencyEventKind``).
-        scope: The caller's scope (HTTP) or the function's namespace.
+        caller: Whose record: the HTTP caller's id or the function's namespace id (also
+            readable as ``scope``, its older name).
         key: The idempotency key.
         source: ``"http"`` for the middleware, ``"function"`` for idempotent functions.
         fence: The claim's fencing token when there is one, else None.
     """
 
     kind: IdempotencyEventKind
-    scope: str
+    caller: str
     key: str
     source: Literal["http", "function"]
     fence: int | None = None
+
+    @property
+    def scope(self) -> str:
+        """``caller`` under its older name, for hooks written before the rename."""
+        return self.caller
 
 
 IdempotencyHook = Callable[[IdempotencyEvent], "Awaitable[None] | None"]

@@ -17,7 +17,7 @@ async def emit(
     hook: IdempotencyHook | None,
     kind: IdempotencyEventKind,
     source: Literal["http", "function"],
-    scope: str,
+    caller: str,
     key: str,
     fence: int | None = None,
 ) -> None:
@@ -25,7 +25,7 @@ async def emit(
     if hook is None:
         return
     try:
-        result = hook(IdempotencyEvent(kind, scope, key, source, fence))
+        result = hook(IdempotencyEvent(kind, caller, key, source, fence))
         if inspect.isawaitable(result):
             await result
     except Exception:
