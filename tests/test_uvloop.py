@@ -14,6 +14,7 @@ import pytest
 from redis import asyncio as aioredis
 
 from headway import FixedWindow, Lock, RateLimiter, RedisLockBackend, RedisRateLimitBackend
+from tests.redis_observed import commands_run, connections_named
 from tests.windows import NO_ROLLOVER
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
@@ -30,19 +31,28 @@ async def test_the_loop_is_uvloop() -> None:
     assert isinstance(asyncio.get_running_loop(), uvloop.Loop)
 
 
-async def test_concurrent_hits_are_counted_exactly(redis_client: aioredis.Redis) -> None:
-    backend = RedisRateLimitBackend(redis_client)
+async def test_concurrent_hits_are_counted_exactly(
+    redis_client: aioredis.Redis, redis_url: str
+) -> None:
+    named = aioredis.Redis.from_url(redis_url, client_name="headway-uvloop")
+    backend = RedisRateLimitBackend(named)
     assert backend.own_connection  # headway's own connection, not redis-py's
     limiter = RateLimiter(FixedWindow(300, NO_ROLLOVER), backend=backend)
-    # One hit first: the script's library may have to be loaded (its first call then goes
-    # again with the load), and headway's connection opened.
-    assert (await limiter.hit("another")).allowed
-    sent = backend._wires.wire().requests
-    decisions = await asyncio.gather(*(limiter.hit("k") for _ in range(1000)))
-    assert sum(d.allowed for d in decisions) == 300
-    # All of them over headway's connection, one request each.
-    assert backend._wires.wire().requests - sent == 1000
-    await backend.aclose()
+    try:
+        # One hit first: headway's connection opened (and the script's library loaded),
+        # so the thousand are written at once, the limiter's fast path.
+        assert (await limiter.hit("another")).allowed
+        before = commands_run(redis_url)
+        decisions = await asyncio.gather(*(limiter.hit("k") for _ in range(1000)))
+        assert sum(d.allowed for d in decisions) == 300
+        # As the server saw them: one FCALL each, none through redis-py (EVALSHA), all
+        # on one connection.
+        ran = commands_run(redis_url) - before
+        assert (ran["fcall"], ran["evalsha"]) == (1000, 0)
+        assert [c["cmd"] for c in connections_named(redis_url, "headway-uvloop")] == ["fcall"]
+    finally:
+        await backend.aclose()
+        await named.aclose()
 
 
 async def test_contended_lock_excludes_and_hands_over(redis_client: aioredis.Redis) -> None:

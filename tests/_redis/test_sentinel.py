@@ -33,6 +33,7 @@ from headway import (
     RedisRateLimitBackend,
     Semaphore,
 )
+from tests.redis_observed import commands_run, connections_named
 from tests.servers import RedisServers, SentinelGroup
 from tests.windows import NO_ROLLOVER
 
@@ -87,16 +88,18 @@ async def backends(group: SentinelGroup) -> AsyncIterator[Backends]:
 
 
 async def test_the_backends_drive_a_sentinel_managed_client_over_their_own_connection(
-    backends: Backends,
+    backends: Backends, group: SentinelGroup
 ) -> None:
     limits, locks = backends.limits, backends.locks
     limiter = RateLimiter(FixedWindow(limit=2, window=NO_ROLLOVER), backend=limits)
     assert [(await limiter.hit("k")).allowed for _ in range(3)] == [True, True, False]
     lease = await Lock(locks, "sentinel-steady", ttl=TTL).acquire()
     await Lock(locks, "sentinel-steady").release(lease)
-    # Not the redis-py fallback: the pipelined connection took the socket over.
-    assert limits._wires.direct()
-    assert locks._wires.direct()
+    # Not the redis-py fallback (EVALSHA): the pipelined connection took the socket over.
+    # One FCALL per hit, the lock's acquire and release (a call sent again with its
+    # library failed first, and is not counted).
+    ran = commands_run(group.primary.url)
+    assert (ran["fcall"], ran["evalsha"]) == (3 + 2, 0)
 
 
 async def test_an_election_over_a_sentinel_managed_client(backends: Backends) -> None:
@@ -139,7 +142,7 @@ async def test_a_demoted_server_answering_readonly_is_unavailable_and_dropped(
     # What a client still connected to a demoted primary sees: READONLY on every write.
     primary = redis_servers.start()
     replica = redis_servers.start("--replicaof", "127.0.0.1", str(primary.port))
-    client = aioredis.Redis(port=replica.port, socket_timeout=TIMEOUT)
+    client = aioredis.Redis(port=replica.port, socket_timeout=TIMEOUT, client_name="demoted")
     limits = RedisRateLimitBackend(client)
     locks = RedisLockBackend(client, timeout=TIMEOUT)
     try:
@@ -147,7 +150,8 @@ async def test_a_demoted_server_answering_readonly_is_unavailable_and_dropped(
         assert decision.failed  # the failure mode answered: no ReadOnlyError
         with pytest.raises(BackendUnavailable, match="demoted"):
             await Lock(locks, "demoted").acquire()
-        assert not limits._wires.wire().ready  # dropped: the next call reconnects
+        # Both connections dropped, as the server sees: the next calls reconnect.
+        assert [c["cmd"] for c in connections_named(replica.url, "demoted")] == []
     finally:
         await limits.aclose()
         await locks.aclose()

@@ -19,13 +19,15 @@ from headway import (
     SyncMemoryRateLimitBackend,
     SyncRedisRateLimitBackend,
 )
-from headway._redis.cluster_wire import ClusterWire
 from tests.ratelimit.strategies import EPOCH_US, set_us
 from tests.ratelimit.test_concurrency import BUCKETS, WINDOWS
 from tests.ratelimit.test_redis import POLICIES
+from tests.redis_observed import commands_run, connections_named
 from tests.servers import RedisServers, Server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis, pytest.mark.slow]
+
+NAME = "headway-cluster-test"  # the clients' connections, as CLIENT LIST names them
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +42,9 @@ def cluster(redis_servers: RedisServers) -> Iterator[list[Server]]:
 
 @pytest.fixture
 async def client(cluster: list[Server]) -> AsyncIterator[aioredis.RedisCluster]:
-    c = aioredis.RedisCluster(host="127.0.0.1", port=cluster[0].port, max_connections=1024)
+    c = aioredis.RedisCluster(
+        host="127.0.0.1", port=cluster[0].port, max_connections=1024, client_name=NAME
+    )
     await c.flushall()
     try:
         yield c
@@ -70,6 +74,8 @@ async def test_keys_spread_over_the_masters_and_limits_hold(
 
 async def test_the_scripts_match_the_model_on_the_cluster(cluster: list[Server]) -> None:
     client = RedisCluster(host="127.0.0.1", port=cluster[0].port)
+    urls = [node.url for node in cluster]
+    before = commands_run(*urls)
     try:
         clock = FakeClock()
         remote = SyncRedisRateLimitBackend(client, clock=clock)
@@ -82,31 +88,34 @@ async def test_the_scripts_match_the_model_on_the_cluster(cluster: list[Server])
             assert remote.decide(key, POLICIES, cost, peek) == model.decide(
                 key, POLICIES, cost, peek
             )
-        wire = remote._wire._cluster  # headway's sockets, one SyncWire per primary
-        assert wire is not None
-        assert wire.requests == 300
+        # One FCALL each on headway's sockets (a call sent again with its library failed
+        # first, and is not counted); none through redis-py (EVALSHA).
+        ran = commands_run(*urls) - before
+        assert (ran["fcall"], ran["evalsha"]) == (300, 0)
     finally:
         client.close()
 
 
 async def test_calls_go_over_headways_connections_one_per_primary(
-    client: aioredis.RedisCluster,
+    client: aioredis.RedisCluster, cluster: list[Server]
 ) -> None:
     backend = RedisRateLimitBackend(client)
     limiter = RateLimiter(*POLICIES, backend=backend)
     keys = [f"user-{i}" for i in range(30)]  # on every master
-    # The first calls may find a node without the library (another test flushed it) and
-    # go again with its load: a number that depends on timing. Once it is loaded, one
-    # request per call.
-    await asyncio.gather(*(limiter.hit(key) for key in keys))
-    wire = backend._wires.wire()
-    assert isinstance(wire, ClusterWire)
-    sent = wire.requests
-    decisions = await asyncio.gather(*(limiter.hit(key) for key in keys))
-    assert {d.source for d in decisions} == {Source.BACKEND}
-    assert wire.requests - sent == 30
-    assert len(wire._connections) == len(client.get_primaries())
-    await backend.aclose()
+    urls = [node.url for node in cluster]
+    try:
+        # The first calls open headway's connections; once open, a call is written at
+        # once, the limiter's fast path.
+        await asyncio.gather(*(limiter.hit(key) for key in keys))
+        before = commands_run(*urls)
+        decisions = await asyncio.gather(*(limiter.hit(key) for key in keys))
+        assert {d.source for d in decisions} == {Source.BACKEND}
+        ran = commands_run(*urls) - before
+        assert (ran["fcall"], ran["evalsha"]) == (30, 0)  # none through redis-py
+        for url in urls:  # each primary's calls on one connection
+            assert sum(c["cmd"] == "fcall" for c in connections_named(url, NAME)) == 1
+    finally:
+        await backend.aclose()
 
 
 @pytest.mark.parametrize("policy", [*WINDOWS, *BUCKETS], ids=lambda p: p.name)

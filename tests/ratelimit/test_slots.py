@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 import pytest
 from redis import asyncio as aioredis
@@ -235,24 +236,35 @@ def test_bad_arguments() -> None:
     assert Concurrency(3).key_part == "cc3"
 
 
+class _AskedPool(aioredis.BlockingConnectionPool):
+    """A blocking pool that says when a command asks it for a connection (``asked``,
+    once armed): redis-py's public ``get_connection``, wrapped."""
+
+    asked: asyncio.Queue[None] | None = None
+
+    async def get_connection(self, *args: Any, **options: Any) -> Any:
+        if self.asked is not None:
+            self.asked.put_nowait(None)
+        return await super().get_connection(*args, **options)  # type: ignore[no-untyped-call]
+
+
 @pytest.mark.redis
 async def test_a_release_cancelled_before_it_was_sent_still_releases(redis_url: str) -> None:
     # Through redis-py, on one connection busy with a blocking call: the release
     # waits for it, and is cancelled before a byte of it was sent.
-    pool = aioredis.BlockingConnectionPool.from_url(redis_url, max_connections=1)
+    pool = _AskedPool.from_url(redis_url, max_connections=1)
     client = aioredis.Redis.from_pool(pool)
     try:
         limiter = ConcurrencyLimiter(
             Concurrency(1), backend=RedisRateLimitBackend(client, own_connection=False), budget=5
         )
         admission = await limiter.acquire("k")
+        asked = pool.asked = asyncio.Queue()
         busy = asyncio.ensure_future(client.blpop(["headway-test-nothing"], timeout=0.5))
-        # Private attributes, as nothing public says "taken" or "waiting for a connection".
-        while not pool._in_use_connections and not busy.done():
-            await asyncio.sleep(0)
+        await asked.get()  # the blocking call took the connection before it yielded
+        assert not pool.can_get_connection()  # the pool's one
         release = asyncio.create_task(limiter.release(admission))
-        while not pool._condition._waiters and not release.done():
-            await asyncio.sleep(0)
+        await asked.get()  # so the release waits for it
         assert not busy.done()
         assert not release.done()
         release.cancel()
@@ -275,7 +287,7 @@ async def test_a_release_cancelled_on_the_pipelined_connection_still_releases(
     limiter = ConcurrencyLimiter(Concurrency(1), backend=backend, budget=5)
     try:
         admission = await limiter.acquire("k")
-        assert backend._wires.ready_wire() is not None
+        assert backend.own_connection  # open since the acquire
         release = asyncio.create_task(limiter.release(admission))
         for _ in range(turns):
             await asyncio.sleep(0)

@@ -67,8 +67,7 @@ class ClusterWire:
 
     ``ready`` once the slot map is known (the first ``call`` connects); ``submit``
     then always writes, at once on a connected node, else as soon as the node's
-    connection is open. ``requests`` and ``writes`` count over every node,
-    ``redirections`` the MOVED, ASK and TRYAGAIN replies followed.
+    connection is open. ``requests`` and ``writes`` count over every node.
     """
 
     def __init__(self, client: Any, loop: asyncio.AbstractEventLoop) -> None:
@@ -78,7 +77,6 @@ class ClusterWire:
         self.functions = True
         self.requests = 0
         self.writes = 0
-        self.redirections = 0
         self._mapped = False
         self._connections: dict[str, PipelinedConnection] = {}  # by node name
         # The connection each slot was last routed to: the hot path skips redis-py's
@@ -139,7 +137,6 @@ class ClusterWire:
 
     def redirected(self, call: ScriptCall, error: Exception) -> bool:
         """Send ``call`` where the Cluster says (MOVED, ASK) or again (TRYAGAIN)."""
-        self.redirections += 1
         call.redirects += 1
         if call.redirects > MAX_REDIRECTS:
             _fail(

@@ -42,16 +42,10 @@ class SyncClusterWire:
     def __init__(self, client: Any, enabled: bool = True) -> None:
         self.client = client
         self.enabled = enabled
-        self.redirections = 0  # MOVED, ASK and TRYAGAIN replies followed
         self._wires: dict[str, SyncWire] = {}  # by node name
         self._creating = threading.Lock()
         self._refreshing = threading.Lock()
         self._refreshed = float("-inf")
-
-    @property
-    def requests(self) -> int:
-        """Calls sent on headway's sockets, every node's."""
-        return sum(wire.requests for wire in list(self._wires.values()))
 
     def call(self, script: Script, keys: Sequence[str], args: Sequence[Arg] | Packed) -> Any:
         """Run ``script`` on its slot's primary and return its reply (errors are raised)."""
@@ -63,14 +57,11 @@ class SyncClusterWire:
             try:
                 return self._wire(node).call(script, keys, args, asking)
             except redis_errors.MovedError as error:
-                self.redirections += 1
                 self.client.nodes_manager.move_slot(error)
                 node, asking = self._primary(slot), False
             except redis_errors.AskError as error:
-                self.redirections += 1
                 node, asking = self._node(error.host, error.port), True
             except redis_errors.TryAgainError:  # the migration of these keys is under way
-                self.redirections += 1
                 time.sleep(_TRY_AGAIN_PAUSE)
                 node, asking = self._primary(slot), False
             except UNAVAILABLE:  # the node may be gone: ask the Cluster who serves its slots
