@@ -147,15 +147,17 @@ def record(args: argparse.Namespace, url: str) -> int:
     if state is None:
         print(f"no record for caller {args.caller!r} and key {key} in {shown(url)}")
         return 1
-    fingerprint = f"{state.fingerprint[:FINGERPRINT_SHOWN]}..."
+    prefix = state.fingerprint[:FINGERPRINT_SHOWN]
     if args.json:
-        shape = dataclasses.asdict(state) | {"fingerprint": fingerprint}
+        shape = dataclasses.asdict(state)
+        del shape["fingerprint"]  # only its prefix, under a name that says so
+        shape["fingerprint_prefix"] = prefix
         print(json.dumps(shape, default=datetime.isoformat))  # status: a str already
         return 0
     print(f"record of key {key} (caller {args.caller!r}) in {shown(url)}: {state.status.value}")
     print(f"  created      {state.created_at.isoformat()}")
     print(f"  expires      {state.expires_at.isoformat()}")
-    print(f"  fingerprint  {fingerprint}  fence {state.fence}")
+    print(f"  fingerprint  {prefix}...  fence {state.fence}")
     print(f"  response     {_response(state)}")
     return 0
 

@@ -53,7 +53,7 @@ class Call:
         self.caller = caller  # the record's ``scope`` column: ``callers.Caller.id``, a function's
         self.key = key
         self.fingerprint = fingerprint
-        self.label = caller if label is None else label  # the events' ``scope``
+        self.label = caller if label is None else label  # the events' ``caller``
         self.named = named  # False: the UNVERIFIED partition, where nothing is replayed
         # The fingerprint an earlier release stored for this request, computed only if
         # a record does not match ``fingerprint`` (``fingerprints.earlier_fingerprint``).

@@ -27,8 +27,9 @@ class IdempotencyEvent:
 
     Attributes:
         kind: What happened (``IdempotencyEventKind``).
-        caller: Whose record: the HTTP caller's id or the function's namespace id (also
-            readable as ``scope``, its older name).
+        caller: Whose call: the HTTP caller's id (as stored, the record's caller), or an
+            idempotent function's namespace as given (its record's caller is derived from
+            it). Also readable as ``scope``, its older name.
         key: The idempotency key.
         source: ``"http"`` for the middleware, ``"function"`` for idempotent functions.
         fence: The claim's fencing token when there is one, else None.

@@ -4,7 +4,8 @@
 idempotency middleware (a request's lock and record leases) all hold their
 leases through it, so a lease is renewed, lost and reported one way: a refused
 renewal, a lease that runs out before a renewal gets through, or ``max_hold``
-cancels the block, and the block ends in ``LockLost``.
+cancels the block, and the block ends in ``LockLost``. ``SyncRenewal`` is its
+thread twin, for ``SyncLock.hold()`` and ``SyncMultiLock.hold()``.
 """
 
 from __future__ import annotations

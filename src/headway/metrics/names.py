@@ -111,5 +111,5 @@ def measures_of_lock(event: LockEvent) -> list[Measure]:
 
 
 def measures_of_idempotency(event: IdempotencyEvent) -> list[Measure]:
-    """An idempotency outcome (never its key or scope: both are unbounded)."""
+    """An idempotency outcome (never its key or caller: both are unbounded)."""
     return [(IDEMPOTENCY, (event.kind, event.source), 1)]
