@@ -3,6 +3,7 @@ a plain kazoo client to look at the nodes, and backends (one session each) on it
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 
@@ -29,15 +30,14 @@ def kazoo(zookeeper_hosts: str) -> Iterator[KazooClient]:
         client.close()
 
 
-@pytest.fixture
-async def make_backend(
-    zookeeper_hosts: str, zk_prefix: str
-) -> AsyncIterator[Callable[[], ZooKeeperLockBackend]]:
-    """Makes backends (each its own session) under the test's folder; closes them after."""
+@contextlib.asynccontextmanager
+async def backends_on(hosts: str, prefix: str) -> AsyncIterator[Callable[[], ZooKeeperLockBackend]]:
+    """A maker of backends (each its own session) on ``hosts`` under ``prefix``;
+    closes them after."""
     made: list[ZooKeeperLockBackend] = []
 
     def make() -> ZooKeeperLockBackend:
-        backend = ZooKeeperLockBackend(zookeeper_hosts, session_timeout=30.0, prefix=zk_prefix)
+        backend = ZooKeeperLockBackend(hosts, prefix=prefix)
         made.append(backend)
         return backend
 
@@ -46,3 +46,12 @@ async def make_backend(
     finally:
         for backend in made:
             await backend.aclose()
+
+
+@pytest.fixture
+async def make_backend(
+    zookeeper_hosts: str, zk_prefix: str
+) -> AsyncIterator[Callable[[], ZooKeeperLockBackend]]:
+    """Makes backends (each its own session) under the test's folder; closes them after."""
+    async with backends_on(zookeeper_hosts, zk_prefix) as make:
+        yield make

@@ -19,6 +19,7 @@ from headway.lock import flow
 from headway.lock.backends.zookeeper.paths import family_path, sequence
 from headway.lock.modes import READ, WRITE, LockMode, fits, permits
 from headway.lock.shared import ReadWriteLock, Semaphore
+from tests.lock.backends.zookeeper.conftest import backends_on
 from tests.lock.test_modes import queued
 from tests.zookeeper_server import ZooKeeperServer
 
@@ -213,20 +214,10 @@ def server_watches(server: ZooKeeperServer) -> dict[int, set[str]]:
 
 @pytest.fixture
 async def make_fast_backend(fast_zookeeper: ZooKeeperServer, zk_prefix: str) -> AsyncIterator[Make]:
-    """Backends (one session each) on the throw-away server, whose ``wchc`` answers."""
-    made: list[ZooKeeperLockBackend] = []
-
-    def make() -> ZooKeeperLockBackend:
-        # Its sessions are capped at 2 s (20 ticks); kazoo pings within them.
-        backend = ZooKeeperLockBackend(fast_zookeeper.hosts, prefix=zk_prefix)
-        made.append(backend)
-        return backend
-
-    try:
+    """Backends (one session each) on the throw-away server, whose ``wchc`` answers.
+    Its sessions are capped at 2 s (20 ticks); kazoo pings within them."""
+    async with backends_on(fast_zookeeper.hosts, zk_prefix) as make:
         yield make
-    finally:
-        for backend in made:
-            await backend.aclose()
 
 
 async def queue_waiters(
