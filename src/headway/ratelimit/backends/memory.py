@@ -52,9 +52,7 @@ class _Store:
             states = [self._get(name, now) for name in names]
             decision, writes = decide_states(policies, states, now, cost, peek)
             if writes:
-                for name, (state, ttl_us) in zip(names, writes, strict=True):
-                    # Scripts round TTLs up to whole milliseconds; so does the model.
-                    self.entries[name] = (state, now + max(1, -(-ttl_us // 1000)) * 1000)
+                self._write(names, writes, now)
                 if len(self.entries) >= self._sweep_at:
                     self._sweep(now)
         return decision
@@ -81,7 +79,7 @@ class _Store:
                 if ttl_us is None:  # units given back: the state keeps its expiry
                     self.entries[name] = (state, self.entries[name][1])
                 else:
-                    self.entries[name] = (state, now + max(1, -(-ttl_us // 1000)) * 1000)
+                    self.entries[name] = (state, _expiry(now, ttl_us))
             return reply
 
     def reserve(
@@ -113,8 +111,7 @@ class _Store:
     def _write(self, names: list[str], writes: Sequence[tuple[Any, int] | None], now: int) -> None:
         for name, write in zip(names, writes, strict=False):
             if write is not None:
-                # Scripts round TTLs up to whole milliseconds; so does the model.
-                self.entries[name] = (write[0], now + max(1, -(-write[1] // 1000)) * 1000)
+                self.entries[name] = (write[0], _expiry(now, write[1]))
 
     @property
     def slots(self) -> Families:
@@ -301,3 +298,9 @@ class SyncMemoryRateLimitBackend:
     def extend_slot(self, key: str, policy: Concurrency, token: str, ttl_ms: int) -> bool:
         """Renew a slot's lease; False when it had ended."""
         return self._store.extend_slot(key, policy, token, ttl_ms)
+
+
+def _expiry(now: int, ttl_us: int) -> int:
+    """When a state written at ``now`` for ``ttl_us`` expires: scripts round TTLs up to
+    whole milliseconds, and so does the model."""
+    return now + max(1, -(-ttl_us // 1000)) * 1000
