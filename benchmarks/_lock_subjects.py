@@ -9,6 +9,8 @@ TTL and waits without a deadline short enough to matter.
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -21,6 +23,7 @@ from redis.exceptions import NoScriptError
 
 import headway
 from headway._redis.scripts import Script
+from headway._redis.sync_wire import SyncWire
 from headway._redis.wire import Wires
 
 TTL = 10
@@ -73,6 +76,8 @@ class Subject:
     note: str = ""
     #: False for the floor rows, which exclude nothing.
     contend: bool = True
+    #: False for a row only measured under contention (the fair hand-off floor).
+    calm: bool = True
 
 
 class _HeadwaySync:
@@ -185,6 +190,54 @@ class _Floor:
         pass
 
 
+class _FairLine:
+    """The least a fair lock's contended grant costs: a FIFO line of threads in which
+    every grant is one round trip (a ``return 1`` script on headway's own sockets, where
+    a real lock records its holder) and one hand-off to the next thread. Excludes only
+    the threads of one process; no lease, no fence."""
+
+    def __init__(self, client: Any) -> None:
+        self.wire = SyncWire(client)
+        self.mutex = threading.Lock()
+        self.held = False
+        self.line: deque[threading.Lock] = deque()
+
+    def worker(self) -> _FairWorker:
+        return _FairWorker(self)
+
+
+class _FairWorker:
+    def __init__(self, line: _FairLine) -> None:
+        self.line = line
+        self.turn = threading.Lock()
+        self.turn.acquire()
+
+    def acquire(self) -> None:
+        line = self.line
+        with line.mutex:
+            if not line.held:
+                line.held = True
+                return
+            line.line.append(self.turn)
+        self.turn.acquire()  # released by the holder that hands the lock to us
+
+    def release(self) -> None:
+        line = self.line
+        line.wire.call(_NOOP_SCRIPT, ["k"], [])
+        with line.mutex:
+            if line.line:
+                line.line.popleft().release()
+            else:
+                line.held = False
+
+    def close(self) -> None:
+        self.line.wire.close()
+
+
+def _fair_floor(client: Any, key: str) -> Callable[[], _FairWorker]:
+    return _FairLine(client).worker
+
+
 class _AsyncFloor:
     def __init__(self, client: Any) -> None:
         self.client = client
@@ -269,6 +322,13 @@ SUBJECTS = [
     Subject("headway async hold()", True, _headway_hold, "acquire + renewal watchdog"),
     Subject("redis-py asyncio Lock", True, _redis_py_async, "polls every 0.1 s"),
     Subject("floor sync", False, lambda c, k: lambda: _Floor(c), "2 x EVALSHA 'return 1'", False),
+    Subject(
+        "floor sync, fair hand-off",
+        False,
+        _fair_floor,
+        "1 EVALSHA 'return 1' + a FIFO hand-off between threads per grant",
+        calm=False,
+    ),
     Subject("headway sync", False, _headway_sync),
     Subject("redis-py Lock", False, _redis_py_sync, "polls every 0.1 s"),
     Subject("python-redis-lock", False, _python_redis_lock, "BLPOP signal list"),

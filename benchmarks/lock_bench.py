@@ -81,7 +81,8 @@ def run(url: str, cfg: Config, private: bool, only: str) -> list[Result]:
                 if contend:
                     asyncio.run(contended_async(result, url, cfg, server))
             else:
-                uncontended_sync(result, url, cfg, counting)
+                if result.subject.calm:
+                    uncontended_sync(result, url, cfg, counting)
                 if contend:
                     contended_sync(result, url, cfg, server)
     if not private:
@@ -124,17 +125,18 @@ def tables(results: list[Result], workers: int) -> str:
     calm, busy = [], []
     for r in results:
         b = base[BASELINE[r.subject.is_async]]
-        rate, b_rate = statistics.median(r.rates), statistics.median(b.rates)
-        calm.append([
-            r.subject.name,
-            f"{statistics.median(r.latencies) * 1e6:.0f}",
-            f"{_quantile(r.latencies, 0.99) * 1e6:.0f}",
-            f"{rate:.0f}",
-            f"{rate / b_rate:.2f}",
-            f"{r.round_trips:.2f}",
-            f"{r.commands:.2f}",
-            f"{r.scripts:.2f}",
-        ])  # fmt: skip
+        if r.rates:  # else measured under contention only
+            rate, b_rate = statistics.median(r.rates), statistics.median(b.rates)
+            calm.append([
+                r.subject.name,
+                f"{statistics.median(r.latencies) * 1e6:.0f}",
+                f"{_quantile(r.latencies, 0.99) * 1e6:.0f}",
+                f"{rate:.0f}",
+                f"{rate / b_rate:.2f}",
+                f"{r.round_trips:.2f}",
+                f"{r.commands:.2f}",
+                f"{r.scripts:.2f}",
+            ])  # fmt: skip
         if not r.throughputs:
             continue
         tput, b_tput = statistics.median(r.throughputs), statistics.median(b.throughputs)

@@ -43,7 +43,7 @@ if pttl == -2 then
     return {1, fence}
   end
   -- Free (its holder's lease ran out), but others wait: the first of them gets it now.
-  if hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[6], now_us, '') then
+  if hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[6], now_us, '', head) then
     pttl = redis.call('PTTL', KEYS[1])
   else
     pttl = 0

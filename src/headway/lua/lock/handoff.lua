@@ -18,14 +18,17 @@ local function wake(channel, message)
 end
 
 -- The fencing token of a new grant: one more than the last, and above `floor` and the
--- server's clock in microseconds (so a lost counter never makes it go backwards).
+-- server's clock in microseconds (so a lost counter never makes it go backwards). The clock
+-- is nearly always ahead of the counter, so one SET ... GET writes the floored value and
+-- reads the last (an INCR, then the SET, cost a call more); the TTL is renewed with it,
+-- so a resource in use keeps its counter.
 local function next_fence(fence_key, now_us, floor)
-  local fence = redis.call('INCR', fence_key)
-  local least = math.max(now_us, floor)
-  if fence <= least then
-    -- Floored (so nearly always, as the clock outruns the grants): the key's TTL is
-    -- renewed with it, so a resource in use keeps its counter.
-    fence = least + 1
+  local fence = math.max(now_us, floor) + 1
+  local last = tonumber(
+    redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', 2592000000, 'GET')
+  )
+  if last and last >= fence then
+    fence = last + 1
     redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', 2592000000)
   end
   return fence
@@ -55,22 +58,43 @@ local function first_waiter(queue, places, now_ms)
   return head
 end
 
--- Keep the queue's keys at least as long as the places just given.
-local function keep_queue(queue, places, place_ms)
-  for _, key in ipairs({queue, places}) do
-    if redis.call('PTTL', key) < place_ms then
-      redis.call('PEXPIRE', key, place_ms)
-    end
+-- Keep `key` (a queue's zset) at least `place_ms` longer: GT only ever lengthens a TTL,
+-- in one call where a PTTL and a PEXPIRE took two. A key GT leaves alone either lives
+-- longer already or has no TTL at all (just made): only the latter gets one.
+local function keep_key(key, place_ms)
+  if redis.call('PEXPIRE', key, place_ms, 'GT') == 0 and redis.call('PTTL', key) == -1 then
+    redis.call('PEXPIRE', key, place_ms)
   end
 end
 
+-- Keep the queue's keys at least as long as the places just given.
+local function keep_queue(queue, places, place_ms)
+  keep_key(queue, place_ms)
+  keep_key(places, place_ms)
+end
+
+-- Grant the lock to `waiter` (its id parsed: the lease `token`, `ttl_ms`, and `home`, the
+-- client it waits in) and tell it on `channel` with "<waiter> <fence>", unless it waits
+-- in `node` (the caller's own client, which tells it without a message). Returns the
+-- waiter and its fence.
+local function grant(owner, fence_key, channel, waiter, token, ttl_ms, home, now_us, node)
+  redis.call('SET', owner, token, 'PX', ttl_ms)
+  local fence = next_fence(fence_key, now_us, 0)
+  if node == '' or home ~= node then
+    wake(channel, waiter .. ' ' .. string.format('%.0f', fence))
+  end
+  return {waiter, fence}
+end
+
 -- Grant the free lock to the first waiter whose place is still valid (dropping lapsed
--- ones) and tell it on `channel` with "<waiter> <fence>", unless it waits in `node`
--- (the caller's own client, which tells it without a message). `now_us` may be nil:
--- the clock is read only if somebody waits. Returns the waiter and fence, or nil when
+-- ones), as `grant` does. `now_us` may be nil: the clock is read only if somebody
+-- waits. `head` is the queue's first member if the caller has just read it (false: the
+-- queue is empty), or nil to read it here. Returns the waiter and fence, or nil when
 -- nobody waits.
-local function hand_off(owner, fence_key, queue, places, channel, now_us, node)
-  local head = redis.call('ZRANGE', queue, 0, 0)[1]
+local function hand_off(owner, fence_key, queue, places, channel, now_us, node, head)
+  if head == nil then
+    head = redis.call('ZRANGE', queue, 0, 0)[1]
+  end
   if not head then
     return nil  -- the common case, nobody waits: no clock needed
   end
@@ -92,14 +116,35 @@ local function hand_off(owner, fence_key, queue, places, channel, now_us, node)
     if until_ms <= now_ms then
       head = redis.call('ZRANGE', queue, 0, 0)[1]
     else
-      redis.call('SET', owner, token, 'PX', ttl_ms)
-      local fence = next_fence(fence_key, now_us, 0)
-      if node == '' or home ~= node then
-        wake(channel, head .. ' ' .. string.format('%.0f', fence))
-      end
-      return {head, fence}
+      return grant(owner, fence_key, channel, head, token, ttl_ms, home, now_us, node)
     end
   end
+end
+
+-- Queue `riders` (waiter ids of the releasing client, in the order they asked) behind
+-- those already waiting; `head` is the queue's first member, or false if it is empty:
+-- then the first rider is next, and is granted the lock at once instead of passing
+-- through the queue. Returns that grant (as `grant`), or nil.
+local function queue_riders(owner, fence_key, queue, places, channel, node, riders, head,
+                            now_us, place_ms)
+  local granted, first = nil, 1
+  if not head then
+    local token, ttl_ms, home = string.match(riders[1], '^(.+):(%d+):(.*)$')
+    if token then
+      granted = grant(owner, fence_key, channel, riders[1], token, ttl_ms, home, now_us, node)
+      first = 2
+    end
+  end
+  if first <= #riders then
+    local now_ms = math.floor(now_us / 1000)
+    for i = first, #riders do
+      -- Arrival times just before now, in the riders' order (a zset orders equal scores
+      -- by member, not by arrival).
+      enqueue(queue, places, riders[i], now_us - (#riders - i), now_ms, place_ms)
+    end
+    keep_queue(queue, places, place_ms)
+  end
+  return granted
 end
 
 -- Release `token`'s lease on the lock whose keys are given, queue `riders` (a list of
@@ -116,24 +161,21 @@ local function release_lease(owner, queue, places, released, fence_key, token, c
     end
     return 0
   end
-  redis.call('DEL', owner)
   if call ~= '' then
     redis.call('SET', released, done, 'PX', 60000)
   end
-  local now_us = nil
+  -- The owner key stays until the end: a grant overwrites it, else it is deleted.
+  local head = redis.call('ZRANGE', queue, 0, 0)[1] or false
+  local now_us, granted = nil, nil
   if #riders > 0 then
     now_us = server_now_us()
-    local now_ms = math.floor(now_us / 1000)
-    for i = 1, #riders do
-      -- Arrival times just before now, in the riders' order (a zset orders equal scores
-      -- by member, not by arrival).
-      enqueue(queue, places, riders[i], now_us - (#riders - i), now_ms, place_ms)
-    end
-    keep_queue(queue, places, place_ms)
+    granted = queue_riders(owner, fence_key, queue, places, channel, node, riders, head,
+                           now_us, place_ms)
   end
-  local granted = hand_off(owner, fence_key, queue, places, channel, now_us, node)
+  granted = granted or hand_off(owner, fence_key, queue, places, channel, now_us, node, head)
   if granted then
     return {1, granted[1], granted[2]}
   end
+  redis.call('DEL', owner)
   return 1
 end

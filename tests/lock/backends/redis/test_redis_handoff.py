@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 import pytest
 from redis import asyncio as aioredis
@@ -109,3 +110,64 @@ async def test_a_waiter_of_another_client_cancelled_at_the_hand_over_gets_no_lea
         await other.aclose()
     assert leases_returned == 0, f"{leases_returned} of {cancelled} cancelled acquires got a lease"
     assert cancelled >= 10
+
+
+async def test_a_rider_with_nobody_queued_is_granted_without_the_queue(
+    redis_backend: RedisLockBackend, redis_client: aioredis.Redis
+) -> None:
+    # The release that queues our own rider finds nobody waiting in Redis: the rider is
+    # next, and is granted the lock at once, without a write to the queue's keys.
+    lock = Lock(redis_backend, "relay", ttl=30, timeout=10)
+    held = await lock.acquire()
+    rider = asyncio.create_task(lock.acquire())
+    async with asyncio.timeout(5):
+        while not redis_backend._riders.held["relay"].riders:
+            await asyncio.sleep(0.001)
+    await redis_client.config_resetstat()
+    await lock.release(held)
+    async with asyncio.timeout(2):
+        lease = await rider
+    assert lease.fence > held.fence
+    stats = await redis_client.info("commandstats")
+    ran = {name.removeprefix("cmdstat_"): counts["calls"] for name, counts in stats.items()}
+    assert not {"zadd", "pexpire", "del"} & ran.keys(), ran
+    k = lock_keys("relay")
+    assert await redis_client.exists(k.queue, k.places) == 0
+    assert await redis_client.get(k.owner) == lease.token.encode()
+    await lock.release(lease)
+
+
+async def test_the_fence_outruns_a_counter_ahead_of_the_clock(
+    redis_backend: RedisLockBackend, redis_client: aioredis.Redis
+) -> None:
+    # The counter is floored by the clock, and the clock by the counter: one left ahead
+    # (a Redlock floor, a clock stepped back) is where the next fences continue from.
+    ahead = int(time.time() * 1_000_000) + 10**12
+    await redis_client.set(lock_keys("relay").fence, ahead)
+    lock = Lock(redis_backend, "relay", ttl=30)
+    first = await lock.acquire()
+    await lock.release(first)
+    second = await lock.acquire()
+    await lock.release(second)
+    assert (first.fence, second.fence) == (ahead + 1, ahead + 2)
+    assert await redis_client.pttl(lock_keys("relay").fence) > 2_000_000_000
+
+
+async def test_a_queue_s_ttl_grows_with_each_place_and_never_shrinks(
+    redis_backend: RedisLockBackend, redis_client: aioredis.Redis
+) -> None:
+    place_ms = 60_000  # the place queue_raw_waiter asks for
+    lock = Lock(redis_backend, "relay", ttl=30)
+    held = await lock.acquire()
+    k = lock_keys("relay")
+    await queue_raw_waiter(redis_client, "relay", "a" * 32)  # a new queue gets a TTL
+    assert 0 < await redis_client.pttl(k.queue) <= place_ms
+    await redis_client.pexpire(k.queue, 50)
+    await redis_client.pexpire(k.places, 50)
+    await queue_raw_waiter(redis_client, "relay", "b" * 32)  # lengthened to the new place
+    assert await redis_client.pttl(k.queue) > 1_000
+    assert await redis_client.pttl(k.places) > 1_000
+    await redis_client.pexpire(k.queue, 10 * place_ms)
+    await queue_raw_waiter(redis_client, "relay", "c" * 32)  # never shortened
+    assert await redis_client.pttl(k.queue) > 5 * place_ms
+    await lock.release(held)
