@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import socket
 import time
 from collections.abc import Callable
 
@@ -15,7 +16,10 @@ from kazoo.client import KazooClient
 
 from headway import BackendUnavailable, Lock, LockLost, LockNotAcquired, ZooKeeperLockBackend
 from headway.lock.backends.zookeeper.paths import resource_path
+from tests.lock.backends.zookeeper.conftest import backends_on
+from tests.lock.test_modes import queued
 from tests.servers import free_port
+from tests.zookeeper_server import ZooKeeperServer
 
 pytestmark = [pytest.mark.anyio]
 
@@ -179,3 +183,34 @@ async def test_a_session_ended_by_the_server_cancels_hold_with_lock_lost(
     assert "no longer held" in str(lost[0].__cause__ or lost[0])
     taken = await rival.acquire("s", 3, 5)
     await rival.release(taken)
+
+
+def packets_received(server: ZooKeeperServer) -> int:
+    """The packets the server has read (its ``srvr``'s "Received"); each four-letter
+    command, this one too, counts as one."""
+    with socket.create_connection(("127.0.0.1", server.port), 5) as sock:
+        sock.sendall(b"srvr")
+        text = b"".join(iter(lambda: sock.recv(4096), b"")).decode()
+    [line] = [line for line in text.splitlines() if line.startswith("Received:")]
+    return int(line.split()[1])
+
+
+async def test_a_waiter_whose_only_predecessor_left_holds_without_a_listing(
+    fast_zookeeper: ZooKeeperServer, zk_prefix: str
+) -> None:
+    # Sequences only rise: once the one node ahead is deleted, the waiter is the lowest.
+    # So a hand-over costs the server the holder's delete alone, not also the waiter's
+    # look at the queue. Pings (sessions of 2 s) may land in a window: the least of five.
+    async with backends_on(fast_zookeeper.hosts, zk_prefix) as make:
+        holding, waiting = Lock(make(), "h", ttl=1, timeout=5), Lock(make(), "h", ttl=1, timeout=5)
+        held, seen = await holding.acquire(), []
+        for _ in range(5):
+            waiter = await queued(waiting, waiting.acquire)  # refused: its watch is set
+            before = packets_received(fast_zookeeper)
+            await holding.release(held)  # one delete
+            async with asyncio.timeout(5):
+                lease = await waiter
+            seen.append(packets_received(fast_zookeeper) - before - 1)  # less one srvr
+            held, holding, waiting = lease, waiting, holding
+        await holding.release(held)
+    assert min(seen) == 1, seen

@@ -110,6 +110,10 @@ class ZooKeeperLockBackend(ZooKeeperQueue):
         earlier = [name for name in children if 0 <= sequence(name) < position]
         return [max(earlier, key=sequence)] if earlier else []
 
+    def _last_blockers(self, mine: str, children: list[str], blockers: list[str]) -> bool:
+        # The only node ahead: once it goes, ours is the lowest (sequences only rise).
+        return len(blockers) == sum(1 for name in children if 0 <= sequence(name) < sequence(mine))
+
     async def aclose(self) -> None:
         """End the session (the server deletes its nodes at once) and stop kazoo's threads."""
         await self.session.aclose()

@@ -23,7 +23,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import AsyncResult, SequentialThreadingHandler
-from kazoo.protocol.states import Callback
+from kazoo.protocol.states import Callback, EventType
 
 from headway._errors import BackendUnavailable
 
@@ -108,18 +108,43 @@ class InlineHandler(SequentialThreadingHandler):  # type: ignore[misc]
 
 
 class WatchWaker:
-    """One waiter's wake-ups: a ZooKeeper watch (fired on kazoo's thread) sets its event."""
+    """One waiter's wake-ups: a ZooKeeper watch (fired on kazoo's thread) sets its event.
 
-    __slots__ = ("event", "loop")
+    ``expect`` names the nodes whose deletion alone grants the waiter; ``granted`` then
+    says whether they all were deleted since, so the waiter needs no listing to know it
+    is first.
+    """
+
+    __slots__ = ("event", "loop", "pending")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.event = asyncio.Event()
+        self.pending: set[str] | None = None  # the paths still to be deleted; None: look
 
-    def fire(self, _event: object = None) -> None:
+    def expect(self, paths: set[str] | None) -> None:
+        """Before the watches are set: the waiter holds the lock once every one of
+        ``paths`` is deleted (None: a wake-up only says to look again)."""
+        self.pending = paths
+
+    def fire(self, event: Any = None) -> None:
         """The watch callback: wake the waiter (from any thread)."""
         with contextlib.suppress(RuntimeError):
-            self.loop.call_soon_threadsafe(self.event.set)
+            self.loop.call_soon_threadsafe(self._fired, event)
+
+    def _fired(self, event: Any) -> None:
+        if self.pending is not None:
+            if getattr(event, "type", None) == EventType.DELETED:
+                self.pending.discard(event.path)
+            else:  # anything but a deletion of what it waits for: look again
+                self.pending = None
+        self.event.set()
+
+    def granted(self) -> bool:
+        """Whether every expected node was deleted since ``expect`` (then forgotten)."""
+        done = self.pending is not None and not self.pending
+        self.pending = None
+        return done
 
     async def wait(self, seconds: float) -> None:
         """Wait for a wake-up, at most ``seconds``; the next attempt decides (never handed)."""

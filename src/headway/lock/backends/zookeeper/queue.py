@@ -71,6 +71,12 @@ class ZooKeeperQueue(QueuedBackend):
         """The nodes ``mine`` waits for, [] if it is granted: it cannot be granted while
         they all remain, so it watches them and looks again when one goes."""
 
+    def _last_blockers(self, mine: str, children: list[str], blockers: list[str]) -> bool:
+        """Whether ``blockers`` are all that keep ``mine`` from the lock, so that their
+        deletion alone grants it (nodes made later can never block it). False (the
+        default): a wake-up only says to look again."""
+        return False
+
     def _holds(self, name: str, children: list[str]) -> HolderMode | None:
         """How the request of node ``name`` holds the lock (its mode), None if it waits."""
         return None if self._blockers(name, children) else "exclusive"
@@ -157,8 +163,14 @@ class ZooKeeperQueue(QueuedBackend):
         sent = loop.time()  # the node outlives the lease counted from here
         folder = self._folder(resource)
         node = self.session.nodes.get(step.token)
+        waker = self.session.wakers.get(step.token)
         if node is None:
             node, children = await self._enqueue(folder, step.token)
+        elif waker is not None and waker.granted():
+            # What it waited for was deleted, and nothing made later goes first: granted,
+            # one listing sooner than a look would tell.
+            self._arm(step.token, node, sent + step.ttl_ms / 1000, loop)
+            return Attempt(True, fence=node.czxid)
         else:
             children = await self._children(folder)
         while True:
@@ -173,9 +185,10 @@ class ZooKeeperQueue(QueuedBackend):
             if not step.waiter:  # a single attempt keeps no place
                 await self._drop(step.token)
                 return Attempt(False, pttl_ms=_hint_ms())
-            waker = self.session.wakers.get(step.token)
             if waker is None:  # not listening yet: the driver listens, then tries again
                 return Attempt(False, pttl_ms=_hint_ms())
+            last = self._last_blockers(node.name, children, blockers)
+            waker.expect({f"{folder}/{name}" for name in blockers} if last else None)
             if await self._watch(folder, blockers, waker):
                 return Attempt(False, pttl_ms=_hint_ms())
             children = await self._children(folder)  # one of them left meanwhile
