@@ -6,6 +6,7 @@ import asyncio
 import time
 import uuid
 
+import aiomysql
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -183,6 +184,28 @@ async def test_the_fence_is_taken_after_the_grant(
     # Floored by the clock read after the grant, not when the waiter's statement began.
     assert second.fence / 1e6 > meanwhile
     await backend.release(second)
+
+
+async def test_the_grant_and_its_fence_are_one_round_trip(
+    backend: MySQLLockBackend, resource: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # aiomysql's connections take several statements in one query: the fence's write
+    # travels with the grant's SET, and the server runs it once the wait has ended.
+    await backend.release(await backend.acquire(resource, ttl=5, timeout=0))  # table made
+    sent: list[str] = []
+    send = aiomysql.Connection._execute_command
+
+    async def counted(self: aiomysql.Connection, command: int, sql: str) -> None:
+        sent.append(sql if isinstance(sql, str) else sql.decode(errors="replace"))
+        await send(self, command, sql)
+
+    monkeypatch.setattr(aiomysql.Connection, "_execute_command", counted)
+    lease = await backend.acquire(resource, ttl=5, timeout=0)
+    monkeypatch.undo()
+    [grant] = [sql for sql in sent if "GET_LOCK" in sql or FENCE_TABLE in sql]
+    assert "GET_LOCK" in grant
+    assert f"INSERT INTO {FENCE_TABLE}" in grant
+    await backend.release(lease)
 
 
 @pytest.mark.parametrize(

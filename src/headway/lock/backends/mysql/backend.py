@@ -43,7 +43,8 @@ that empties it is one more lost counter the clock floor covers. A row the clock
 has overtaken carries nothing (the floor gives at least as much), so a full table
 (``max_heap_table_size``) is freed of those rows and the fence written again. The
 write is a statement of its own because a MEMORY table is locked whole by a write:
-a write that waited in ``GET_LOCK`` would hold up every other lock's grant. A
+a write that waited in ``GET_LOCK`` would hold up every other lock's grant (the
+server runs it after the grant's statement, in the same query where it can). A
 server that refuses MEMORY tables gets an InnoDB one, and a table made beforehand
 is used with whatever engine it has (Group Replication needs InnoDB: see
 ``docs/locks.md`` for clusters). The tokens are this server's:
@@ -58,8 +59,10 @@ databases on one server do not share locks, as PostgreSQL's advisory locks are
 per database. Two resources collide with probability 2**-224.
 
 **Round trips**: the grant is one ``SET`` that sets the session up and waits in
-``GET_LOCK`` (its result kept in ``@headway_granted``), then the fence's ``INSERT``;
-the release is one ``SET``: three statements a lease, and the pool's rollback.
+``GET_LOCK`` (its result kept in ``@headway_granted``), then the fence's ``INSERT``,
+both in one query (one round trip) on a driver whose connections take several
+statements (aiomysql's always do; ``common.GRANT_AND_FENCE``), else one after the
+other; the release is one ``SET``: two round trips a lease, and the pool's rollback.
 
 **Session settings**: a lease's session runs with ``autocommit = 1`` (a fence in an
 InnoDB table is committed at once), ``time_zone = '+00:00'`` (for the clock floor) and
@@ -112,6 +115,9 @@ from headway.lock.lease import Lease, check_timeout, check_ttl, new_token
 
 __all__ = ["MySQLLockBackend"]
 
+#: The client capability of several statements in one query (``CLIENT_MULTI_STATEMENTS``).
+_MULTI_STATEMENTS = 1 << 16
+
 T = TypeVar("T")
 
 
@@ -155,8 +161,7 @@ class MySQLLockBackend(WindowClaims, common.Common, SessionLockBackend[_Held]):
         step = next(steps)
         while True:
             try:
-                query = conn.execute(step.statement, step.params)
-                done = reply(await self._bounded(query, step.extra + self.timeout))
+                done = await self._bounded(self._step(conn, step), step.extra + self.timeout)
             except sqlalchemy.exc.DBAPIError as exc:
                 try:
                     step = steps.throw(exc)
@@ -168,6 +173,35 @@ class MySQLLockBackend(WindowClaims, common.Common, SessionLockBackend[_Held]):
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
 
+    async def _step(self, conn: AsyncConnection, step: Step) -> Reply:
+        if not step.paired:
+            assert step.statement is not None
+            return reply(await conn.execute(step.statement, step.params))
+        # Several statements in one query: on the driver's own cursor, as SQLAlchemy's
+        # result reads the first statement's reply only. Errors are wrapped as SQLAlchemy
+        # wraps them (a lost connection invalidated), for the flow and the callers.
+        raw = await conn.get_raw_connection()
+        assert raw.driver_connection is not None
+        cursor = await raw.driver_connection.cursor()
+        try:
+            await cursor.execute(step.paired, step.params)
+            await cursor.nextset()
+        except self.engine.dialect.loaded_dbapi.Error as exc:
+            lost = self.engine.dialect.is_disconnect(exc, raw.dbapi_connection, cursor)
+            if lost:
+                await conn.invalidate()
+            raise sqlalchemy.exc.DBAPIError.instance(
+                step.paired,
+                step.params,
+                exc,
+                self.engine.dialect.loaded_dbapi.Error,
+                connection_invalidated=lost,
+                dialect=self.engine.dialect,
+            ) from exc
+        done = Reply(int(cursor.rowcount or 0), int(cursor.lastrowid or 0))
+        await cursor.close()
+        return done
+
     async def acquire(self, resource: str, ttl: float, timeout: float) -> Lease:
         """Acquire ``resource`` (see ``LockBackend.acquire``); the server does the waiting."""
         ttl_ms = check_ttl(ttl)
@@ -175,9 +209,9 @@ class MySQLLockBackend(WindowClaims, common.Common, SessionLockBackend[_Held]):
         name = lock_name(resource, self.database)
         sent = self.clock()
         for retry in (True, False):
-            conn, session = await self._checkout(wait)
+            conn, session, paired = await self._checkout(wait)
             try:
-                fence = await self._run(conn, common.grant(name, wait, ttl_ms))
+                fence = await self._run(conn, common.grant(name, wait, ttl_ms, paired))
                 if fence and common.waited(sent, self.clock(), ttl_ms):
                     # We waited: restart the server's TTL timer from a moment we know.
                     sent = self.clock()
@@ -234,9 +268,10 @@ class MySQLLockBackend(WindowClaims, common.Common, SessionLockBackend[_Held]):
         except UNAVAILABLE as exc:
             raise self._unavailable(exc) from exc
 
-    async def _checkout(self, wait: float) -> tuple[AsyncConnection, int]:
-        """A pooled connection and its session id (``KILL CONNECTION`` needs it); it holds
-        nothing yet, and its settings are the pool's."""
+    async def _checkout(self, wait: float) -> tuple[AsyncConnection, int, bool]:
+        """A pooled connection, its session id (``KILL CONNECTION`` needs it) and whether
+        it takes several statements in one query; it holds nothing yet, and its settings
+        are the pool's."""
         try:
             # Shielded: on cancellation the checkout ends first, then the connection
             # goes back to the pool.
@@ -244,22 +279,23 @@ class MySQLLockBackend(WindowClaims, common.Common, SessionLockBackend[_Held]):
         except UNAVAILABLE as exc:
             raise self._unavailable(exc) from exc
 
-    async def _open(self, wait: float) -> tuple[AsyncConnection, int]:
+    async def _open(self, wait: float) -> tuple[AsyncConnection, int, bool]:
         conn = await self._bounded(self.engine.connect().start(), wait + self.timeout)
         try:
-            return conn, await self._session_id(conn)
+            driver = (await conn.get_raw_connection()).driver_connection
+            paired = bool(getattr(driver, "client_flag", 0) & _MULTI_STATEMENTS)
+            return conn, await self._session_id(conn, driver), paired
         except BaseException:
             await _discard(conn)
             raise
 
-    async def _close_opened(self, opened: tuple[AsyncConnection, int]) -> None:
+    async def _close_opened(self, opened: tuple[AsyncConnection, int, bool]) -> None:
         await opened[0].close()
 
-    async def _session_id(self, conn: AsyncConnection) -> int:
+    async def _session_id(self, conn: AsyncConnection, driver: Any) -> int:
         """The server's id of ``conn``'s session (``KILL CONNECTION`` needs it): aiomysql has it
         from the handshake; another driver is asked once."""
-        raw = await conn.get_raw_connection()
-        thread_id = getattr(raw.driver_connection, "thread_id", None)
+        thread_id = getattr(driver, "thread_id", None)
         if callable(thread_id):
             return int(thread_id())
         return int((await self._bounded(conn.execute(SESSION_ID), self.timeout)).scalar_one())

@@ -58,6 +58,20 @@ SELECT :name, LAST_INSERT_ID({_NOW_US} + 1)
 FROM DUAL WHERE @headway_granted = 1
 ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(GREATEST(fence + 1, {_NOW_US} + 1))
 """)  # noqa: S608
+
+
+def _driver_sql(clause: TextClause, names: tuple[str, ...]) -> str:
+    """``clause``'s SQL with its bind parameters in the drivers' own style, ``%(name)s``."""
+    sql = clause.text
+    for name in names:
+        sql = sql.replace(f":{name}", f"%({name})s")
+    return sql
+
+
+# The grant and the fence in one round trip: two statements in one query, where the
+# driver's connection allows several (aiomysql's always do). The server runs the second
+# only once the first has ended, so the fence table is still never opened during a wait.
+GRANT_AND_FENCE = f"{_driver_sql(GRANT, ('name', 'wait', 'ttl'))};{_driver_sql(FENCE, ('name',))}"
 # A row whose fence the clock has reached carries nothing: the next grant's clock
 # floor gives at least as much. Deleting those frees a full MEMORY table.
 PRUNE = text(f"DELETE FROM headway_lock_fences WHERE fence <= {_NOW_US}")  # noqa: S608
@@ -136,11 +150,14 @@ def server_answered(exc: BaseException) -> bool:
 @dataclass(frozen=True)
 class Step:
     """One statement of a backend's flow: run ``statement`` with ``params``, allowing
-    ``extra`` seconds beyond the backend's timeout, and send back a ``Reply``."""
+    ``extra`` seconds beyond the backend's timeout, and send back a ``Reply``. A step
+    with ``paired`` SQL (several statements, in the driver's parameter style) sends
+    that instead, on the driver's connection, and replies with its last statement's."""
 
-    statement: TextClause
+    statement: TextClause | None
     params: dict[str, Any]
     extra: float = 0.0
+    paired: str = ""
 
 
 @dataclass(frozen=True)
@@ -165,35 +182,58 @@ def timed_out(exc: BaseException) -> bool:
     return isinstance(getattr(orig, "__context__", None), TimeoutError)
 
 
-def grant(name: str, wait: float, ttl_ms: int) -> Generator[Step, Reply, int]:
+def grant(name: str, wait: float, ttl_ms: int, paired: bool = False) -> Generator[Step, Reply, int]:
     """The steps of a grant on a fresh session: the fence if ``name`` was granted
     within ``wait`` s, else 0 (the session is set up either way: give it back).
+    ``paired``: the session's connection takes several statements in one query, so the
+    grant and the fence go in one round trip.
 
     The driver sends each step's reply back, or throws its ``DBAPIError`` in. An error
     that escapes leaves the session in doubt: the driver must end it (after a
     ``StaleSession``, it may try once more on a fresh one).
     """
+    setup = {"name": name, "wait": wait, "ttl": seconds(ttl_ms)}
+    fence = {"name": name}
     try:
-        yield Step(GRANT, {"name": name, "wait": wait, "ttl": seconds(ttl_ms)}, wait)
-    except sqlalchemy.exc.DBAPIError as exc:
-        if exc.connection_invalidated and not timed_out(exc):
-            raise StaleSession from exc
-        raise
-    params = {"name": name}
-    try:
-        done = yield Step(FENCE, params)
-    except sqlalchemy.exc.DBAPIError as exc:
-        if errno(exc) == NO_SUCH_TABLE:  # first use
-            try:
-                yield Step(CREATE, {})
-            except sqlalchemy.exc.DBAPIError:
-                yield Step(CREATE_DURABLE, {})
-        elif errno(exc) == TABLE_FULL:  # a new row did not fit: make room
-            yield Step(PRUNE, {})
+        if paired:
+            done = yield Step(None, setup, wait, paired=GRANT_AND_FENCE)
         else:
+            yield Step(GRANT, setup, wait)
+    except sqlalchemy.exc.DBAPIError as exc:
+        if not (paired and errno(exc) in (NO_SUCH_TABLE, TABLE_FULL)):
+            if exc.connection_invalidated and not timed_out(exc):
+                raise StaleSession from exc
             raise
-        done = yield Step(FENCE, params)
+        done = yield from _fence_again(exc, fence)  # granted; the fence's write failed
+    else:
+        if not paired:
+            done = yield from _fence(fence)
     return done.lastrowid if done.rowcount else 0
+
+
+def _fence(params: dict[str, Any]) -> Generator[Step, Reply, Reply]:
+    """The fence's write, after the grant's statement."""
+    try:
+        return (yield Step(FENCE, params))
+    except sqlalchemy.exc.DBAPIError as exc:
+        return (yield from _fence_again(exc, params))
+
+
+def _fence_again(
+    exc: sqlalchemy.exc.DBAPIError, params: dict[str, Any]
+) -> Generator[Step, Reply, Reply]:
+    """After the fence's write failed with ``exc``: make the table (its first use) or
+    room in it (full), and write again; any other error escapes."""
+    if errno(exc) == NO_SUCH_TABLE:
+        try:
+            yield Step(CREATE, {})
+        except sqlalchemy.exc.DBAPIError:
+            yield Step(CREATE_DURABLE, {})
+    elif errno(exc) == TABLE_FULL:
+        yield Step(PRUNE, {})
+    else:
+        raise exc
+    return (yield Step(FENCE, params))
 
 
 def lock_state(resource: str, row: Any) -> LockState:

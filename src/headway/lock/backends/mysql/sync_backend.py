@@ -125,6 +125,7 @@ class SyncMySQLLockBackend(SyncWindowClaims, common.Common):
         step = next(steps)
         while True:
             try:
+                assert step.statement is not None  # never paired here (see ``common.grant``)
                 result = self._execute(conn, step.statement, step.params, step.extra + self.timeout)
                 done = reply(result)
             except sqlalchemy.exc.DBAPIError as exc:
