@@ -76,14 +76,15 @@ end
 -- Grant the lock to `waiter` (its id parsed: the lease `token`, `ttl_ms`, and `home`, the
 -- client it waits in) and tell it on `channel` with "<waiter> <fence>", unless it waits
 -- in `node` (the caller's own client, which tells it without a message). Returns the
--- waiter and its fence.
+-- waiter, its fence, and whether it waits in `node`.
 local function grant(owner, fence_key, channel, waiter, token, ttl_ms, home, now_us, node)
   redis.call('SET', owner, token, 'PX', ttl_ms)
   local fence = next_fence(fence_key, now_us, 0)
-  if node == '' or home ~= node then
+  local ours = node ~= '' and home == node
+  if not ours then
     wake(channel, waiter .. ' ' .. string.format('%.0f', fence))
   end
-  return {waiter, fence}
+  return {waiter, fence, ours}
 end
 
 -- Grant the free lock to the first waiter whose place is still valid (dropping lapsed
@@ -121,37 +122,41 @@ local function hand_off(owner, fence_key, queue, places, channel, now_us, node, 
   end
 end
 
--- Queue `riders` (waiter ids of the releasing client, in the order they asked) behind
--- those already waiting; `head` is the queue's first member, or false if it is empty:
--- then the first rider is next, and is granted the lock at once instead of passing
--- through the queue. Returns that grant (as `grant`), or nil.
-local function queue_riders(owner, fence_key, queue, places, channel, node, riders, head,
+-- Queue `riders` (waiter ids of the releasing client `node`, in the order they asked)
+-- behind those already waiting, unless the lock was just `granted` (as `grant` returns)
+-- to a waiter of `node` too: then the riders are left to that client, which has them ride
+-- on its waiter's release (queued only to be taken out again, they would cost the
+-- server five calls each). With nobody granted, the first rider is next: it is granted
+-- at once and the others are left likewise. Returns the grant, its fourth value true if
+-- the riders were left to the client.
+local function queue_riders(owner, fence_key, queue, places, channel, node, riders, granted,
                             now_us, place_ms)
-  local granted, first = nil, 1
-  if not head then
+  if not granted then
     local token, ttl_ms, home = string.match(riders[1], '^(.+):(%d+):(.*)$')
     if token then
       granted = grant(owner, fence_key, channel, riders[1], token, ttl_ms, home, now_us, node)
-      first = 2
     end
   end
-  if first <= #riders then
-    local now_ms = math.floor(now_us / 1000)
-    for i = first, #riders do
-      -- Arrival times just before now, in the riders' order (a zset orders equal scores
-      -- by member, not by arrival).
-      enqueue(queue, places, riders[i], now_us - (#riders - i), now_ms, place_ms)
-    end
-    keep_queue(queue, places, place_ms)
+  if granted and granted[3] then
+    granted[4] = true
+    return granted
   end
-  return granted
+  local now_ms = math.floor(now_us / 1000)
+  for i = 1, #riders do
+    -- Arrival times just before now, in the riders' order (a zset orders equal scores
+    -- by member, not by arrival).
+    enqueue(queue, places, riders[i], now_us - (#riders - i), now_ms, place_ms)
+  end
+  keep_queue(queue, places, place_ms)
+  return granted or hand_off(owner, fence_key, queue, places, channel, now_us, node, nil)
 end
 
--- Release `token`'s lease on the lock whose keys are given, queue `riders` (a list of
--- waiter ids, behind those already waiting, with a place of `place_ms`) and hand the
--- lock to the next waiter. `call` ("" for none) marks the release for a minute in
+-- Release `token`'s lease on the lock whose keys are given, hand the lock to the next
+-- waiter and queue `riders` (a list of waiter ids, with a place of `place_ms`) as
+-- `queue_riders` says. `call` ("" for none) marks the release for a minute in
 -- `released`, so a retried call is recognised. Returns what lock/release.lua returns:
--- 1 released, {1, waiter, fence} released and handed on, 0 not held (nothing touched).
+-- 1 released, {1, waiter, fence, left} released and handed on (left: 1 if the riders
+-- were left to the client), 0 not held (nothing touched).
 local function release_lease(owner, queue, places, released, fence_key, token, channel, call,
                              node, place_ms, riders)
   local done = token .. ' ' .. call
@@ -166,15 +171,17 @@ local function release_lease(owner, queue, places, released, fence_key, token, c
   end
   -- The owner key stays until the end: a grant overwrites it, else it is deleted.
   local head = redis.call('ZRANGE', queue, 0, 0)[1] or false
-  local now_us, granted = nil, nil
+  local now_us = nil
   if #riders > 0 then
     now_us = server_now_us()
-    granted = queue_riders(owner, fence_key, queue, places, channel, node, riders, head,
+  end
+  local granted = hand_off(owner, fence_key, queue, places, channel, now_us, node, head)
+  if #riders > 0 then
+    granted = queue_riders(owner, fence_key, queue, places, channel, node, riders, granted,
                            now_us, place_ms)
   end
-  granted = granted or hand_off(owner, fence_key, queue, places, channel, now_us, node, head)
   if granted then
-    return {1, granted[1], granted[2]}
+    return {1, granted[1], granted[2], granted[4] and 1 or 0}
   end
   redis.call('DEL', owner)
   return 1

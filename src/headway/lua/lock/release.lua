@@ -13,9 +13,12 @@
 -- ARGV[5] place_ms how long a waiter queued here keeps its place (only with riders)
 -- ARGV[6..] riders waiter ids of the releasing client's tasks that asked for the lock while
 --          it held it: they are queued here, in this order, behind those already waiting,
---          instead of by an acquire of their own (only when the release succeeds)
--- Returns 1 when released, {1, waiter, fence} when released and handed to `waiter`,
--- 0 when the token no longer holds the lock (nothing touched).
+--          instead of by an acquire of their own (only when the release succeeds); or,
+--          when the lock goes to a waiter of this client too, left to the client, to ride
+--          on that waiter's release (see handoff.lua's queue_riders)
+-- Returns 1 when released, {1, waiter, fence, left} when released and handed to
+-- `waiter` (left: 1 when the riders were left to the client, else 0), 0 when the token
+-- no longer holds the lock (nothing touched).
 -- Idempotent per call: a retried release (redis-py retries a command whose reply was
 -- lost) finds its own call in KEYS[4] and returns 1 again, instead of a false "not
 -- held"; a second release call for the same lease still returns 0.

@@ -12,7 +12,7 @@
 -- then per lease, in order: token, channel, call ("" from a client that never retries),
 -- the number of its riders r, and r waiter ids (see lock/release.lua's riders).
 -- Returns one reply per lease, in order, each what lock/release.lua returns: 1
--- released, {1, waiter, fence} released and handed on, 0 not held (nothing touched).
+-- released, {1, waiter, fence, left} released and handed on, 0 not held (nothing touched).
 -- Idempotent per call, as lock/release.lua.
 local replies = {}
 local at = 3

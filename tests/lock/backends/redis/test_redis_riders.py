@@ -4,6 +4,7 @@ rides on the holder's release instead of sending a script of its own."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 
@@ -37,10 +38,10 @@ async def riding(
         await redis_backend._waker.part(channel, "spectator")
 
 
-async def _ridden(backend: RedisLockBackend, resource: str = "ride") -> None:
-    """Return once a task rides on our holder of ``resource`` (bounded)."""
+async def _ridden(backend: RedisLockBackend, resource: str = "ride", count: int = 1) -> None:
+    """Return once ``count`` tasks ride on our holder of ``resource`` (bounded)."""
     async with asyncio.timeout(5):
-        while not backend._riders.held[resource].riders:
+        while len(backend._riders.held[resource].riders) < count:
             await asyncio.sleep(0.001)
 
 
@@ -149,3 +150,48 @@ async def test_riders_of_a_holder_that_lost_its_lease_try_for_themselves(
     async with asyncio.timeout(2):  # within the other's lease and a bounded wait
         lease = await rider
     await lock.release(lease)
+
+
+async def test_riders_behind_a_rider_of_ours_ride_on_its_release_outside_redis(
+    redis_backend: RedisLockBackend, redis_client: aioredis.Redis
+) -> None:
+    # Nobody else waits: the release grants the first rider at once and leaves the second
+    # to ride on the first's release. Neither ever enters the queue in Redis.
+    lock = Lock(redis_backend, "left", ttl=30, timeout=10)
+    held = await lock.acquire()
+    first = asyncio.create_task(lock.acquire())
+    await _ridden(redis_backend, "left")
+    second = asyncio.create_task(lock.acquire())
+    await _ridden(redis_backend, "left", 2)
+    await redis_client.config_resetstat()
+    await lock.release(held)
+    async with asyncio.timeout(2):
+        one = await first
+    assert not second.done()
+    assert len(redis_backend._riders.held["left"].riders) == 1  # now riding on `one`
+    await lock.release(one)
+    async with asyncio.timeout(2):
+        two = await second
+    assert held.fence < one.fence < two.fence
+    stats = await redis_client.info("commandstats")
+    assert "cmdstat_zadd" not in stats, sorted(stats)
+    await lock.release(two)
+
+
+async def test_a_rider_left_to_us_that_gives_up_leaves_the_lock_free(
+    redis_backend: RedisLockBackend,
+) -> None:
+    lock = Lock(redis_backend, "left", ttl=30, timeout=10)
+    held = await lock.acquire()
+    first = asyncio.create_task(lock.acquire())
+    await _ridden(redis_backend, "left")
+    second = asyncio.create_task(lock.acquire())
+    await _ridden(redis_backend, "left", 2)
+    await lock.release(held)
+    async with asyncio.timeout(2):
+        one = await first
+    second.cancel()  # it rides on `one`, outside Redis
+    with contextlib.suppress(asyncio.CancelledError):
+        await second
+    await lock.release(one)
+    await lock.release(await lock.acquire(timeout=0))  # free: nobody holds it for nothing

@@ -145,17 +145,18 @@ class Riders:
             if not held.riders:
                 return _NOBODY
             release = Release(held.riders)
-            if not self._ordered:
-                self._releasing.setdefault(resource, []).append(release)
+            self._releasing.setdefault(resource, []).append(release)
             return release
 
     def released(
         self, resource: str, release: Release, reply: Any, since: float, node: str, home: object
     ) -> Sequence[str]:
         """After ``release``'s reply (None if it failed): the waiter handed the lock holds
-        it (if it is ``node``'s) and is told; riders not queued try for themselves.
+        it (if it is ``node``'s) and is told; riders not queued try for themselves, or
+        ride on the new holder's release if the script left them to us.
 
-        Returns the riders that gave up meanwhile: the caller sends their leave now.
+        Returns the riders that gave up meanwhile: the caller sends their leave now
+        (on an ordered connection they have sent it already).
         """
         to = handed_to(reply)
         if to is None and reply and release is _NOBODY:
@@ -163,32 +164,43 @@ class Riders:
         unride: list[str] = []
         with self._mutex:
             gone = release.gone
-            if release is not _NOBODY and not self._ordered:
+            if release is not _NOBODY:
                 self._releasing[resource].remove(release)
                 if not self._releasing[resource]:
                     del self._releasing[resource]
             if not reply:  # failed, or the lease had ended: it queued nobody
                 unride = [r for r in release.riders if r not in gone]
+            left: list[str] = []
+            if to is not None and to[2]:  # the script left the riders to us
+                left = [r for r in release.riders if r != to[0] and r not in gone]
             if to is not None and to[0] in gone:
                 to = None  # it leaves after this release, which releases the lock again
+            holder = None
             if to is not None:
                 next_token, ttl_ms, owner = parse_waiter(to[0])
                 if owner == node:
                     unride += self._record(resource, next_token, ttl_ms, since, home)
+                    holder = self.held[resource]
+            if holder is not None:
+                holder.riders[:0] = left  # ahead of any that asked since: they asked first
+            else:
+                unride += left
         if to is not None:  # if the waiter is one of ours, tell it
-            self._waker.hand(lock_keys(resource, self._sharded).channel, *to)
+            self._waker.hand(lock_keys(resource, self._sharded).channel, to[0], to[1])
         self._unride(resource, unride)
-        return gone
+        return () if self._ordered else gone
 
     def leave(self, resource: str, waiter: str) -> bool:
         """Before ``waiter`` leaves: True to send its leave now, False if a release in
-        flight queues it (its caller sends the leave after it: never ahead of it)."""
+        flight queues it (its caller sends the leave after it: never ahead of it). On an
+        ordered connection it is always True (the leave follows the release); the
+        release still learns that the waiter is gone."""
         unride: Sequence[str] = ()
         with self._mutex:
             for release in self._releasing.get(resource, ()):
                 if waiter in release.riders:
                     release.gone.append(waiter)
-                    return False
+                    return self._ordered
             held = self.held.get(resource)
             if held is not None:
                 if waiter in held.riders:
