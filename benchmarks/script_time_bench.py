@@ -2,6 +2,7 @@
 
     uv run --group bench python benchmarks/script_time_bench.py [--rounds 5] [--calls 2000]
     uv run --group bench python benchmarks/script_time_bench.py --instructions   # callgrind
+    uv run --group bench python benchmarks/script_time_bench.py --before main  # + rows of main
 
 What caps a fleet that shares one Redis is the server's CPU per decision, not the
 client's latency. This benchmark starts its own throw-away ``redis-server`` on a free
@@ -47,8 +48,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import redis
+from _baseline import baseline, same_policy
 from _callgrind_redis import counted_redis
 from ratelimit_bench import (  # the same policies as the decision benchmark
     fixed_window,
@@ -171,10 +174,19 @@ FLOORS: dict[str, Factory] = {
 # --- headway --------------------------------------------------------------------------
 
 
-def _headway(*make: Callable[[bool], Policy]) -> Factory:
+def _headway(*make: Callable[[bool], Policy], lib: Any = None) -> Factory:
+    """A ``SyncRateLimiter`` of ``make``'s policies; ``lib``: an earlier headway's
+    (``_baseline``) instead of this one."""
+
     def factory(generous: bool, url: str) -> tuple[Decide, Callable[[], None]]:
-        backend = SyncRedisRateLimitBackend.from_url(url)
-        limiter = SyncRateLimiter(*(m(generous) for m in make), backend=backend)
+        policies = [m(generous) for m in make]
+        if lib is None:
+            backend = SyncRedisRateLimitBackend.from_url(url)
+            limiter = SyncRateLimiter(*policies, backend=backend)
+        else:
+            backend = lib.SyncRedisRateLimitBackend.from_url(url)
+            policies = [same_policy(lib, p) for p in policies]
+            limiter = lib.SyncRateLimiter(*policies, backend=backend)
 
         def decide(key: str) -> bool:
             return limiter.hit(key).allowed
@@ -225,22 +237,23 @@ def _throttled(using: str) -> Factory:
     return factory
 
 
-#: Each headway row names the peers it is held to (the best of them, on all commands).
-HEADWAY: dict[str, tuple[Factory, tuple[str, ...]]] = {
-    "headway TokenBucket": (
-        _headway(token_bucket),
-        ("throttled-py token_bucket", "throttled-py gcra"),
-    ),
-    "headway LeakyBucket": (_headway(leaky_bucket), ("throttled-py leaking_bucket",)),
+#: Each headway row's policies, and the peers it is held to (the best of them).
+ROWS: dict[str, tuple[tuple[Callable[[bool], Policy], ...], tuple[str, ...]]] = {
+    "TokenBucket": ((token_bucket,), ("throttled-py token_bucket", "throttled-py gcra")),
+    "LeakyBucket": ((leaky_bucket,), ("throttled-py leaking_bucket",)),
     # throttled-py's fixed_window is no script: one INCRBY on a key per window named by
     # the client's clock (listed, not held to: headway reads the server's).
-    "headway FixedWindow": (_headway(fixed_window), ("limits fixed-window",)),
-    "headway SlidingLog": (_headway(sliding_log), ("limits moving-window",)),
-    "headway SlidingCounter": (
-        _headway(sliding_counter),
+    "FixedWindow": ((fixed_window,), ("limits fixed-window",)),
+    "SlidingLog": ((sliding_log,), ("limits moving-window",)),
+    "SlidingCounter": (
+        (sliding_counter,),
         ("limits sliding-window-counter", "throttled-py sliding_window"),
     ),
-    "headway 3 policies": (_headway(token_bucket, per_minute, per_hour), ()),
+    "3 policies": ((token_bucket, per_minute, per_hour), ()),
+}
+#: Each headway row's factory and the peers it is held to (``--before`` adds rows).
+HEADWAY: dict[str, tuple[Factory, tuple[str, ...]]] = {
+    f"headway {name}": (_headway(*make), peers) for name, (make, peers) in ROWS.items()
 }
 PEERS: dict[str, Factory] = {
     "limits fixed-window": _limits("FixedWindowRateLimiter"),
@@ -374,6 +387,7 @@ def report(results: dict[tuple[str, str], list[Sample]], rounds: int, calls: int
             print(f"| {name} | {own:.2f} | {best} | {theirs:.2f} | {own / theirs:.2f} |")
         print()
         report_cpu(results, scenario)
+        report_before(results, scenario)
 
 
 def report_cpu(results: dict[tuple[str, str], list[Sample]], scenario: str) -> None:
@@ -397,6 +411,23 @@ def report_cpu(results: dict[tuple[str, str], list[Sample]], scenario: str) -> N
         print(
             f"| {name} | {own:.2f} | {best} | {_median(theirs, 'cpu_us'):.2f} "
             f"| {own / _median(theirs, 'cpu_us'):.2f} | {per_round:.2f} |"
+        )
+    print()
+
+
+def report_before(results: dict[tuple[str, str], list[Sample]], scenario: str) -> None:
+    """With ``--before``: each headway row's CPU against its earlier self (per-round ratios)."""
+    pairs = [n for n in ROWS if (f"before {n}", scenario) in results]
+    if not pairs:
+        return
+    print("| algorithm | before CPU µs | after CPU µs | median after / before |")
+    print("|---|--:|--:|--:|")
+    for name in pairs:
+        old, new = results[(f"before {name}", scenario)], results[(f"headway {name}", scenario)]
+        ratio = statistics.median(n.cpu_us / o.cpu_us for n, o in zip(new, old, strict=True))
+        print(
+            f"| {name} | {_median(old, 'cpu_us'):.2f} | {_median(new, 'cpu_us'):.2f} "
+            f"| {ratio:.3f} |"
         )
     print()
 
@@ -446,6 +477,15 @@ def report_instructions(counts: dict[tuple[str, str], float], calls: int) -> Non
         print()
 
 
+def add_before(rev: str) -> None:
+    """Rows ``before <name>`` of headway at ``rev`` (``_baseline``), held to the same peers."""
+    lib = baseline(rev)
+    for name, (make, peers) in ROWS.items():
+        factory = _headway(*make, lib=lib)
+        HEADWAY[f"before {name}"] = (factory, peers)
+        CONTENDERS[f"before {name}"] = factory
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -454,7 +494,12 @@ def main() -> None:
     parser.add_argument(
         "--instructions", action="store_true", help="count the server's instructions (callgrind)"
     )
+    parser.add_argument(
+        "--before", metavar="REV", help="also the headway rows at git REV, interleaved"
+    )
     args = parser.parse_args()
+    if args.before:
+        add_before(args.before)
     if args.only:
         keep = {n for n in CONTENDERS if any(word in n for word in args.only)}
         for name in list(CONTENDERS):
