@@ -20,7 +20,7 @@ from headway import FakeClock, SyncMemoryRateLimitBackend, SyncRedisRateLimitBac
 from headway._redis.scripts import Script
 from headway._redis.sync_wire import SyncWire
 from headway.ratelimit.algorithms import algorithm_of
-from headway.ratelimit.backends.redis_scripts import decide_call, decide_script
+from headway.ratelimit.backends.redis_scripts import decide_call, decide_many_call, decide_script
 from headway.ratelimit.policies import Policy
 from tests.ratelimit.strategies import (
     ALGORITHMS_BY_NAME,
@@ -115,10 +115,8 @@ def test_the_one_policy_script_matches_the_general_one(
             now += step
             cost = min(cost, policy.limit)
             replies = []
-            for script in (one, general):
-                keys, args = decide_call(
-                    f"{script.name}-{run}-{key_index}", [policy], cost, peek, now
-                )
+            for script, call in ((one, decide_call), (general, decide_many_call)):
+                keys, args = call(f"{script.name}-{run}-{key_index}", [policy], cost, peek, now)
                 if script is one:
                     reply = wire.call(script, keys, args)
                 else:

@@ -1,26 +1,29 @@
 -- Decide (and charge) ONE rate-limit policy on one key: decide.lua specialised for the
--- common call, with the same KEYS, ARGV and reply, and the same state (so a key can be
--- decided by either). It skips what only several policies need: the tables of kinds,
--- keys and results, splitting and joining the string key, the loop over policies.
+-- common call, with the same KEYS, reply and state (so a key can be decided by either),
+-- and fewer arguments (each one the server reads costs it). It skips what only several
+-- policies need: the tables of kinds, keys and results, splitting and joining the string
+-- key, the loop over policies.
 -- INCLUDES  clock.lua (server_now_us), ratelimit/common.lua, then the fragment
---           (ratelimit/<algorithm>.lua) of the policy's algorithm (one script per kind).
+--           (ratelimit/<algorithm>.lua) of the policy's algorithm (one script per kind:
+--           the kind is implied, never sent).
 -- NEEDS     from common: call_clock, ttl_ms, and `algorithms` as the fragment
 --           fills it.
 -- KEYS[1]  the policy's state: its string (algorithms with string_state), else its own key
--- ARGV[1]  now: "" reads the server's TIME (always, in production); an integer number of
---          microseconds is accepted only from the differential tests, and then every TTL
---          gets a 60 s grace, as the test clock is not Redis's
--- ARGV[2]  cost: units to charge (>= 1)
--- ARGV[3]  peek: 1 = decide without charging, 0 = charge when the policy admits
--- ARGV[4..6]  kind, a, b of the policy (kind is implied by the fragment included)
+-- ARGV[1..2]  a, b of the policy (as its fragment describes them)
+-- ARGV[3]  cost: units to charge (>= 1) when the policy admits; negated (-cost), decide
+--          the same cost without charging (a peek)
+-- ARGV[4]  absent (always, in production): now is the server's TIME. An integer number
+--          of microseconds is accepted only from the differential tests, and then every
+--          TTL gets a 60 s grace, as the test clock is not Redis's
 -- Returns {allowed, ok, remaining, reset_us, retry_us} (allowed = ok): remaining and
 -- reset_us are after the charge when one was made; retry_us is 0 when it admits.
-local now, grace_ms = call_clock(ARGV[1])
--- The only algorithm registered, as one fragment is included: ARGV[4] is its kind.
+local now, grace_ms = call_clock(ARGV[4] or '')
+-- The only algorithm registered, as one fragment is included.
 local _, algorithm = next(algorithms)
 local key = KEYS[1]
-local cost, a, b = ARGV[2] + 0, ARGV[5] + 0, ARGV[6] + 0
-local charging = ARGV[3] == '0'
+local a, b, cost = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
+local charging = cost > 0
+if not charging then cost = -cost end
 local state = false
 if algorithm.string_state then state = redis.call('GET', key) end
 local ok, remaining, reset, retry, remaining_after, reset_after, x, y, z =
