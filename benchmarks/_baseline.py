@@ -1,11 +1,11 @@
 """An earlier headway, importable beside this one: before/after rows in one interleaved run.
 
 ``baseline(rev)`` extracts ``src/headway`` at git revision ``rev`` into a temporary
-folder as the package ``headway_base`` (its imports and its ``importlib.resources``
-lookups renamed, nothing else), puts that folder on ``sys.path`` and imports it. Its
-Lua scripts are other Redis functions (named after their text), so both versions run on
-one server side by side. ``same_policy`` rebuilds a policy of this headway with the
-baseline's classes.
+folder as the package ``headway_base`` (its imports, the module paths in its strings
+and its ``importlib.resources`` lookups renamed, nothing else), puts that folder on
+``sys.path`` and imports it. Its Lua scripts are other Redis functions (named after
+their text), so both versions run on one server side by side. ``same_policy`` rebuilds
+a policy of this headway with the baseline's classes.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ NAME = "headway_base"
 _RENAMES = (
     (re.compile(r"\b(from|import) headway\b"), rf"\1 {NAME}"),
     (re.compile(r'resources\.files\("headway"\)'), f'resources.files("{NAME}")'),
+    # Module paths in strings: the package's lazy attributes (``__getattr__``), loggers.
+    (re.compile(r'"headway\.'), f'"{NAME}.'),
 )
 
 
@@ -46,7 +48,10 @@ def baseline(rev: str) -> ModuleType:
             text = pattern.sub(replacement, text)
         path.write_text(text, "utf-8")
     sys.path.insert(0, str(folder))
-    return importlib.import_module(NAME)
+    lib = importlib.import_module(NAME)
+    if not lib.SyncRateLimiter.__module__.startswith(NAME):
+        raise RuntimeError(f"{NAME} still reaches this headway's modules")
+    return lib
 
 
 def same_policy(base: ModuleType, policy: Any) -> Any:

@@ -15,7 +15,9 @@ plain command beside its script pays for both). Commands run inside scripts appe
 commandstats too; a short ``MONITOR`` sample of each contender tells which were sent by
 the client, so they are counted once. Scenarios: ``hot`` (a generous quota: every call
 admitted) and ``rejected`` (10 per hour: nearly every call refused). Rounds are
-interleaved (every contender once per round); medians over rounds.
+interleaved (every contender once per round, every other round in reverse order);
+medians over rounds. ``--before REV`` adds the headway rows of an earlier revision
+(``_baseline.py``), each measured next to its current row.
 
 Beside them, the server main thread's CPU per decision (``INFO cpu``:
 ``used_cpu_user_main_thread`` + ``used_cpu_sys_main_thread``, Redis 7, read before and
@@ -480,10 +482,15 @@ def report_instructions(counts: dict[tuple[str, str], float], calls: int) -> Non
 def add_before(rev: str) -> None:
     """Rows ``before <name>`` of headway at ``rev`` (``_baseline``), held to the same peers."""
     lib = baseline(rev)
-    for name, (make, peers) in ROWS.items():
-        factory = _headway(*make, lib=lib)
-        HEADWAY[f"before {name}"] = (factory, peers)
-        CONTENDERS[f"before {name}"] = factory
+    contenders = dict(CONTENDERS)
+    CONTENDERS.clear()
+    for name, factory in contenders.items():
+        CONTENDERS[name] = factory
+        if name.startswith("headway "):  # measured next to each other (and the peers)
+            row = name.removeprefix("headway ")
+            make, peers = ROWS[row]
+            CONTENDERS[f"before {row}"] = _headway(*make, lib=lib)
+            HEADWAY[f"before {row}"] = (CONTENDERS[f"before {row}"], peers)
 
 
 def main() -> None:
@@ -513,9 +520,10 @@ def main() -> None:
         return
     results: dict[tuple[str, str], list[Sample]] = {}
     with private_redis() as url:
-        for _ in range(args.rounds):
+        for i in range(args.rounds):
             for scenario, generous in SCENARIOS.items():
-                for name in CONTENDERS:
+                # Every other round in reverse: no contender always follows the same one.
+                for name in list(CONTENDERS)[:: -1 if i % 2 else 1]:
                     sample = measure(name, generous, url, args.calls)
                     results.setdefault((name, scenario), []).append(sample)
     report(results, args.rounds, args.calls)
