@@ -104,9 +104,10 @@ def _floor(body: str, log: bool = False, window: bool = False) -> Factory:
         if log:
             stamps = {f"{10**15 + i}:{i}": 10**15 + i for i in range(LOW)}
             client.zadd("headway:{k}:rl", stamps)
-        args: list[int | str] = ["", 1, 0, 1, 10, 1000]
+        # decide_one.lua's arguments: a, b, cost.
+        args: list[int | str] = [10, 1000, 1]
         if window:
-            args = ["", 1, 0, 3, 1_000_000, HIGH] if generous else ["", 1, 0, 3, 3600 * 10**6, LOW]
+            args = [1_000_000, HIGH, 1] if generous else [3600 * 10**6, LOW, 1]
 
         def decide(key: str) -> bool:
             return bool(wire.call(script, ["headway:{" + key + "}:rl"], args))
@@ -120,7 +121,7 @@ GET = "redis.call('TIME') local v = redis.call('GET', KEYS[1]) "
 FLAT_WINDOW = """
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
-local cost, a, b = ARGV[2] + 0, ARGV[5] + 0, ARGV[6] + 0
+local a, b, cost = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
 local index = math.floor(now / a)
 if index * a > now then index = index - 1 elseif (index + 1) * a <= now then index = index + 1 end
 local count = 0
