@@ -324,6 +324,7 @@ class Sample:
     all_us: float  # every command the client sent, per decision
     admitted: float
     cpu_us: float  # the server main thread's CPU (user + sys) per decision
+    user_us: float  # ... its user part alone (the kernel's share moves the most)
 
 
 #: ``INFO cpu``'s fields for the main thread alone (Redis 7): I/O threads and the
@@ -331,10 +332,11 @@ class Sample:
 MAIN_THREAD_CPU = ("used_cpu_sys_main_thread", "used_cpu_user_main_thread")
 
 
-def main_thread_cpu_us(client: redis.Redis) -> float:
-    """The server main thread's CPU time so far (user + sys), in µs."""
+def main_thread_cpu_us(client: redis.Redis) -> tuple[float, float]:
+    """The server main thread's CPU time so far (user + sys, and user alone), in µs."""
     cpu = client.info("cpu")
-    return sum(float(cpu[field]) for field in MAIN_THREAD_CPU) * 1e6
+    user = float(cpu["used_cpu_user_main_thread"]) * 1e6
+    return sum(float(cpu[field]) for field in MAIN_THREAD_CPU) * 1e6, user
 
 
 def measure(name: str, generous: bool, url: str, calls: int) -> Sample:
@@ -350,7 +352,7 @@ def measure(name: str, generous: bool, url: str, calls: int) -> Sample:
         # One INFO before and one after are in it too (~0.01 µs per decision at 2,000).
         cpu_before = main_thread_cpu_us(admin)
         admitted = sum(decide("k") for _ in range(calls))
-        cpu = main_thread_cpu_us(admin) - cpu_before
+        cpu_after = main_thread_cpu_us(admin)
         stats = _stats(admin)
     finally:
         close()
@@ -358,7 +360,8 @@ def measure(name: str, generous: bool, url: str, calls: int) -> Sample:
         admin.close()
     script = sum(stats.get(c, (0, 0))[1] for c in SCRIPT_CALLS)
     everything = sum(usec * shares.get(n, 0.0) for n, (_, usec) in stats.items())
-    return Sample(script / calls, everything / calls, admitted / calls, cpu / calls)
+    cpu, user = (after - before for after, before in zip(cpu_after, cpu_before, strict=True))
+    return Sample(script / calls, everything / calls, admitted / calls, cpu / calls, user / calls)
 
 
 def _median(samples: list[Sample], attribute: str) -> float:
@@ -369,13 +372,14 @@ def report(results: dict[tuple[str, str], list[Sample]], rounds: int, calls: int
     print(f"\n{rounds} round(s) x {calls} sequential decisions; usec per decision, medians\n")
     for scenario in SCENARIOS:
         print(f"### {scenario}\n")
-        print("| contender | script µs | all commands µs | main thread CPU µs | admitted |")
-        print("|---|--:|--:|--:|--:|")
+        print("| contender | script µs | all commands µs | main thread CPU µs | user | admitted |")
+        print("|---|--:|--:|--:|--:|--:|")
         for name in CONTENDERS:
             s = results[(name, scenario)]
             print(
                 f"| {name} | {_median(s, 'script_us'):.2f} | {_median(s, 'all_us'):.2f} "
-                f"| {_median(s, 'cpu_us'):.2f} | {_median(s, 'admitted'):.0%} |"
+                f"| {_median(s, 'cpu_us'):.2f} | {_median(s, 'user_us'):.2f} "
+                f"| {_median(s, 'admitted'):.0%} |"
             )
         print("\n| headway | µs (all) | best peer | µs (all) | headway / peer |")
         print("|---|--:|---|--:|--:|")
@@ -423,14 +427,15 @@ def report_before(results: dict[tuple[str, str], list[Sample]], scenario: str) -
     pairs = [n for n in ROWS if (f"before {n}", scenario) in results]
     if not pairs:
         return
-    print("| algorithm | before CPU µs | after CPU µs | median after / before |")
-    print("|---|--:|--:|--:|")
+    print("| algorithm | before CPU µs | after CPU µs | median after / before | user only |")
+    print("|---|--:|--:|--:|--:|")
     for name in pairs:
         old, new = results[(f"before {name}", scenario)], results[(f"headway {name}", scenario)]
         ratio = statistics.median(n.cpu_us / o.cpu_us for n, o in zip(new, old, strict=True))
+        user = statistics.median(n.user_us / o.user_us for n, o in zip(new, old, strict=True))
         print(
             f"| {name} | {_median(old, 'cpu_us'):.2f} | {_median(new, 'cpu_us'):.2f} "
-            f"| {ratio:.3f} |"
+            f"| {ratio:.3f} | {user:.3f} |"
         )
     print()
 
