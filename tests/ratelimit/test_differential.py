@@ -22,7 +22,7 @@ from headway._redis.sync_wire import SyncWire
 from headway.ratelimit.algorithms import algorithm_of
 from headway.ratelimit.backends.redis_scripts import decide_call, decide_many_call, decide_script
 from headway.ratelimit.decision import decision_from_decide, decision_from_reply
-from headway.ratelimit.policies import Policy
+from headway.ratelimit.policies import Policy, SlidingLog
 from tests.ratelimit.strategies import (
     ALGORITHMS_BY_NAME,
     EPOCH_US,
@@ -72,6 +72,15 @@ def test_each_algorithm_matches_the_model(sync_redis_client: redis.Redis, algori
         replay(sync_redis_client, [policy], start, calls)
 
     check()
+
+
+def test_a_log_refused_after_pruning_waits_for_its_oldest_entry_left(
+    sync_redis_client: redis.Redis,
+) -> None:
+    """A full log whose oldest entry has left the window, refused a cost of 2 even so:
+    its retry waits for the oldest entry in the window, not for the one just pruned."""
+    calls = [(0, 0, 1, False), (500_000, 0, 1, False), (100_000, 0, 1, False)]
+    replay(sync_redis_client, [SlidingLog(3, 1.0)], 0, [*calls, (450_000, 0, 2, False)])
 
 
 @SETTINGS
