@@ -36,7 +36,8 @@ The floors are functions called with the arguments of headway's one-policy call:
 (a fixed window's commands) or ``SET PX``; a sliding log's admission (its five
 commands, nothing else: the ``hot`` row is the one that means something); and ``TIME`` +
 ``ZCARD`` + a one-entry ``ZRANGE`` on a log of 10 entries (the least a sliding-log
-refusal with its remaining and retry-after reads).
+refusal with its remaining and retry-after reads), with the newest entry's too (its
+reset), and the same with both entries parsed and answered as ``decide_one.lua`` does.
 """
 
 from __future__ import annotations
@@ -139,6 +140,17 @@ else
 end
 return 1
 """
+LOG_REFUSAL = """
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local a, b, cost = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
+local count = redis.call('ZCARD', KEYS[1])
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
+local first = string.sub(oldest, 1, string.find(oldest, ':', 1, true) - 1) + 0
+local newest = redis.call('ZRANGE', KEYS[1], -1, -1)[1]
+local last = string.sub(newest, 1, string.find(newest, ':', 1, true) - 1) + 0
+return {0, 0, 0, last + a - now, first + a - now}
+"""
 FLOORS: dict[str, Factory] = {
     "floor: return 1": _floor("return 1"),
     "floor: TIME": _floor("redis.call('TIME') return 1"),
@@ -168,6 +180,9 @@ FLOORS: dict[str, Factory] = {
         "redis.call('ZRANGE', KEYS[1], 0, 0) redis.call('ZRANGE', KEYS[1], -1, -1) return 1",
         log=True,
     ),
+    # ... and its two entries parsed and answered as decide_one.lua answers a log's
+    # refusal (a list: its retry and reset differ), in one flat function.
+    "floor: full log refused, answered": _floor(LOG_REFUSAL, log=True),
     # An aligned fixed window on the server's clock, computed and charged (refused
     # requests not), answering nothing: one script, no fragments, a reply of one integer.
     "floor: fixed window, no answer": _floor(FLAT_WINDOW, window=True),
