@@ -500,6 +500,11 @@ def report_instructions(counts: dict[tuple[str, str], float], calls: int) -> Non
         print()
 
 
+def _picked(word: str, name: str) -> bool:
+    """Whether ``--only``'s ``word`` picks ``name``: a part of it, or all of it (``word$``)."""
+    return name == word[:-1] if word.endswith("$") else word in name
+
+
 def add_before(rev: str) -> None:
     """Rows ``before <name>`` of headway at ``rev`` (``_baseline``), held to the same peers."""
     lib = baseline(rev)
@@ -518,7 +523,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--only", nargs="*", default=None, help="contenders whose name has this")
+    parser.add_argument(
+        "--only", nargs="*", default=None, help="contenders whose name has this (with $: is this)"
+    )
     parser.add_argument(
         "--instructions", action="store_true", help="count the server's instructions (callgrind)"
     )
@@ -529,7 +536,7 @@ def main() -> None:
     if args.before:
         add_before(args.before)
     if args.only:
-        keep = {n for n in CONTENDERS if any(word in n for word in args.only)}
+        keep = {n for n in CONTENDERS if any(_picked(word, n) for word in args.only)}
         for name in list(CONTENDERS):
             if name not in keep:
                 del CONTENDERS[name]
