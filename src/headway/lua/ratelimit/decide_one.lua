@@ -1,8 +1,9 @@
 -- Decide (and charge) ONE rate-limit policy on one key: decide.lua specialised for the
--- common call, with the same KEYS, reply and state (so a key can be decided by either),
--- and fewer arguments (each one the server reads costs it). It skips what only several
--- policies need: the tables of kinds, keys and results, splitting and joining the string
--- key, the loop over policies.
+-- common call, with the same KEYS and state (so a key can be decided by either), fewer
+-- arguments (each one the server reads costs it) and, where it can, a one-integer answer
+-- (ratelimit/decision.py's decision_from_decide reads both forms). It skips what only
+-- several policies need: the tables of kinds, keys and results, splitting and joining
+-- the string key, the loop over policies.
 -- INCLUDES  clock.lua (server_now_us), ratelimit/common.lua, then the fragment
 --           (ratelimit/<algorithm>.lua) of the policy's algorithm (one script per kind:
 --           the kind is implied, never sent).
@@ -21,6 +22,7 @@
 -- (0 <= remaining <= b, and n below 2^53, exact in a double):
 --   n          admitted (retry_us 0)
 --   -1 - n     refused, with retry_us = reset_us (a full fixed window's refusal)
+-- (b bounds remaining for every algorithm: it is the policy's limit or capacity).
 -- Else decide.lua's reply for one policy, {allowed, ok, remaining, reset_us, retry_us}.
 local now, grace_ms = call_clock(ARGV[4] or '')
 -- The only algorithm registered, as one fragment is included.

@@ -21,7 +21,8 @@ end
 
 function sliding_log.check(_, key, now, cost, a, b, charging)
   local count = redis.call('ZCARD', key)
-  local first = nil -- when read: the time of the oldest entry, in the window
+  -- The time of the entry a refusal waits for: the oldest, once read (if in the window).
+  local first = nil
   if count + cost <= b then
     -- Admitted whatever pruning takes away: prune, counting what it took.
     count = count - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - a)
