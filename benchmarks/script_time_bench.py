@@ -2,6 +2,7 @@
 
     uv run --group bench python benchmarks/script_time_bench.py [--rounds 5] [--calls 2000]
     uv run --group bench python benchmarks/script_time_bench.py --instructions   # callgrind
+    uv run --group bench python benchmarks/script_time_bench.py --before main  # + rows of main
 
 What caps a fleet that shares one Redis is the server's CPU per decision, not the
 client's latency. This benchmark starts its own throw-away ``redis-server`` on a free
@@ -14,7 +15,9 @@ plain command beside its script pays for both). Commands run inside scripts appe
 commandstats too; a short ``MONITOR`` sample of each contender tells which were sent by
 the client, so they are counted once. Scenarios: ``hot`` (a generous quota: every call
 admitted) and ``rejected`` (10 per hour: nearly every call refused). Rounds are
-interleaved (every contender once per round); medians over rounds.
+interleaved (every contender once per round, every other round in reverse order);
+medians over rounds. ``--before REV`` adds the headway rows of an earlier revision
+(``_baseline.py``), each measured next to its current row.
 
 Beside them, the server main thread's CPU per decision (``INFO cpu``:
 ``used_cpu_user_main_thread`` + ``used_cpu_sys_main_thread``, Redis 7, read before and
@@ -33,7 +36,8 @@ The floors are functions called with the arguments of headway's one-policy call:
 (a fixed window's commands) or ``SET PX``; a sliding log's admission (its five
 commands, nothing else: the ``hot`` row is the one that means something); and ``TIME`` +
 ``ZCARD`` + a one-entry ``ZRANGE`` on a log of 10 entries (the least a sliding-log
-refusal with its remaining and retry-after reads).
+refusal with its remaining and retry-after reads), with the newest entry's too (its
+reset), and the same with both entries parsed and answered as ``decide_one.lua`` does.
 """
 
 from __future__ import annotations
@@ -47,8 +51,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import redis
+from _baseline import baseline, same_policy
 from _callgrind_redis import counted_redis
 from ratelimit_bench import (  # the same policies as the decision benchmark
     fixed_window,
@@ -99,9 +105,10 @@ def _floor(body: str, log: bool = False, window: bool = False) -> Factory:
         if log:
             stamps = {f"{10**15 + i}:{i}": 10**15 + i for i in range(LOW)}
             client.zadd("headway:{k}:rl", stamps)
-        args: list[int | str] = ["", 1, 0, 1, 10, 1000]
+        # decide_one.lua's arguments: a, b, cost.
+        args: list[int | str] = [10, 1000, 1]
         if window:
-            args = ["", 1, 0, 3, 1_000_000, HIGH] if generous else ["", 1, 0, 3, 3600 * 10**6, LOW]
+            args = [1_000_000, HIGH, 1] if generous else [3600 * 10**6, LOW, 1]
 
         def decide(key: str) -> bool:
             return bool(wire.call(script, ["headway:{" + key + "}:rl"], args))
@@ -115,7 +122,7 @@ GET = "redis.call('TIME') local v = redis.call('GET', KEYS[1]) "
 FLAT_WINDOW = """
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
-local cost, a, b = ARGV[2] + 0, ARGV[5] + 0, ARGV[6] + 0
+local a, b, cost = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
 local index = math.floor(now / a)
 if index * a > now then index = index - 1 elseif (index + 1) * a <= now then index = index + 1 end
 local count = 0
@@ -132,6 +139,17 @@ else
   redis.call('SET', KEYS[1], value, 'PX', math.ceil(((index + 1) * a - now) / 1000))
 end
 return 1
+"""
+LOG_REFUSAL = """
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local a, b, cost = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
+local count = redis.call('ZCARD', KEYS[1])
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
+local first = string.sub(oldest, 1, string.find(oldest, ':', 1, true) - 1) + 0
+local newest = redis.call('ZRANGE', KEYS[1], -1, -1)[1]
+local last = string.sub(newest, 1, string.find(newest, ':', 1, true) - 1) + 0
+return {0, 0, 0, last + a - now, first + a - now}
 """
 FLOORS: dict[str, Factory] = {
     "floor: return 1": _floor("return 1"),
@@ -162,6 +180,9 @@ FLOORS: dict[str, Factory] = {
         "redis.call('ZRANGE', KEYS[1], 0, 0) redis.call('ZRANGE', KEYS[1], -1, -1) return 1",
         log=True,
     ),
+    # ... and its two entries parsed and answered as decide_one.lua answers a log's
+    # refusal (a list: its retry and reset differ), in one flat function.
+    "floor: full log refused, answered": _floor(LOG_REFUSAL, log=True),
     # An aligned fixed window on the server's clock, computed and charged (refused
     # requests not), answering nothing: one script, no fragments, a reply of one integer.
     "floor: fixed window, no answer": _floor(FLAT_WINDOW, window=True),
@@ -171,10 +192,19 @@ FLOORS: dict[str, Factory] = {
 # --- headway --------------------------------------------------------------------------
 
 
-def _headway(*make: Callable[[bool], Policy]) -> Factory:
+def _headway(*make: Callable[[bool], Policy], lib: Any = None) -> Factory:
+    """A ``SyncRateLimiter`` of ``make``'s policies; ``lib``: an earlier headway's
+    (``_baseline``) instead of this one."""
+
     def factory(generous: bool, url: str) -> tuple[Decide, Callable[[], None]]:
-        backend = SyncRedisRateLimitBackend.from_url(url)
-        limiter = SyncRateLimiter(*(m(generous) for m in make), backend=backend)
+        policies = [m(generous) for m in make]
+        if lib is None:
+            backend = SyncRedisRateLimitBackend.from_url(url)
+            limiter = SyncRateLimiter(*policies, backend=backend)
+        else:
+            backend = lib.SyncRedisRateLimitBackend.from_url(url)
+            policies = [same_policy(lib, p) for p in policies]
+            limiter = lib.SyncRateLimiter(*policies, backend=backend)
 
         def decide(key: str) -> bool:
             return limiter.hit(key).allowed
@@ -225,22 +255,23 @@ def _throttled(using: str) -> Factory:
     return factory
 
 
-#: Each headway row names the peers it is held to (the best of them, on all commands).
-HEADWAY: dict[str, tuple[Factory, tuple[str, ...]]] = {
-    "headway TokenBucket": (
-        _headway(token_bucket),
-        ("throttled-py token_bucket", "throttled-py gcra"),
-    ),
-    "headway LeakyBucket": (_headway(leaky_bucket), ("throttled-py leaking_bucket",)),
+#: Each headway row's policies, and the peers it is held to (the best of them).
+ROWS: dict[str, tuple[tuple[Callable[[bool], Policy], ...], tuple[str, ...]]] = {
+    "TokenBucket": ((token_bucket,), ("throttled-py token_bucket", "throttled-py gcra")),
+    "LeakyBucket": ((leaky_bucket,), ("throttled-py leaking_bucket",)),
     # throttled-py's fixed_window is no script: one INCRBY on a key per window named by
     # the client's clock (listed, not held to: headway reads the server's).
-    "headway FixedWindow": (_headway(fixed_window), ("limits fixed-window",)),
-    "headway SlidingLog": (_headway(sliding_log), ("limits moving-window",)),
-    "headway SlidingCounter": (
-        _headway(sliding_counter),
+    "FixedWindow": ((fixed_window,), ("limits fixed-window",)),
+    "SlidingLog": ((sliding_log,), ("limits moving-window",)),
+    "SlidingCounter": (
+        (sliding_counter,),
         ("limits sliding-window-counter", "throttled-py sliding_window"),
     ),
-    "headway 3 policies": (_headway(token_bucket, per_minute, per_hour), ()),
+    "3 policies": ((token_bucket, per_minute, per_hour), ()),
+}
+#: Each headway row's factory and the peers it is held to (``--before`` adds rows).
+HEADWAY: dict[str, tuple[Factory, tuple[str, ...]]] = {
+    f"headway {name}": (_headway(*make), peers) for name, (make, peers) in ROWS.items()
 }
 PEERS: dict[str, Factory] = {
     "limits fixed-window": _limits("FixedWindowRateLimiter"),
@@ -308,6 +339,7 @@ class Sample:
     all_us: float  # every command the client sent, per decision
     admitted: float
     cpu_us: float  # the server main thread's CPU (user + sys) per decision
+    user_us: float  # ... its user part alone (the kernel's share moves the most)
 
 
 #: ``INFO cpu``'s fields for the main thread alone (Redis 7): I/O threads and the
@@ -315,10 +347,11 @@ class Sample:
 MAIN_THREAD_CPU = ("used_cpu_sys_main_thread", "used_cpu_user_main_thread")
 
 
-def main_thread_cpu_us(client: redis.Redis) -> float:
-    """The server main thread's CPU time so far (user + sys), in µs."""
+def main_thread_cpu_us(client: redis.Redis) -> tuple[float, float]:
+    """The server main thread's CPU time so far (user + sys, and user alone), in µs."""
     cpu = client.info("cpu")
-    return sum(float(cpu[field]) for field in MAIN_THREAD_CPU) * 1e6
+    user = float(cpu["used_cpu_user_main_thread"]) * 1e6
+    return sum(float(cpu[field]) for field in MAIN_THREAD_CPU) * 1e6, user
 
 
 def measure(name: str, generous: bool, url: str, calls: int) -> Sample:
@@ -334,7 +367,7 @@ def measure(name: str, generous: bool, url: str, calls: int) -> Sample:
         # One INFO before and one after are in it too (~0.01 µs per decision at 2,000).
         cpu_before = main_thread_cpu_us(admin)
         admitted = sum(decide("k") for _ in range(calls))
-        cpu = main_thread_cpu_us(admin) - cpu_before
+        cpu_after = main_thread_cpu_us(admin)
         stats = _stats(admin)
     finally:
         close()
@@ -342,7 +375,8 @@ def measure(name: str, generous: bool, url: str, calls: int) -> Sample:
         admin.close()
     script = sum(stats.get(c, (0, 0))[1] for c in SCRIPT_CALLS)
     everything = sum(usec * shares.get(n, 0.0) for n, (_, usec) in stats.items())
-    return Sample(script / calls, everything / calls, admitted / calls, cpu / calls)
+    cpu, user = (after - before for after, before in zip(cpu_after, cpu_before, strict=True))
+    return Sample(script / calls, everything / calls, admitted / calls, cpu / calls, user / calls)
 
 
 def _median(samples: list[Sample], attribute: str) -> float:
@@ -353,13 +387,14 @@ def report(results: dict[tuple[str, str], list[Sample]], rounds: int, calls: int
     print(f"\n{rounds} round(s) x {calls} sequential decisions; usec per decision, medians\n")
     for scenario in SCENARIOS:
         print(f"### {scenario}\n")
-        print("| contender | script µs | all commands µs | main thread CPU µs | admitted |")
-        print("|---|--:|--:|--:|--:|")
+        print("| contender | script µs | all commands µs | main thread CPU µs | user | admitted |")
+        print("|---|--:|--:|--:|--:|--:|")
         for name in CONTENDERS:
             s = results[(name, scenario)]
             print(
                 f"| {name} | {_median(s, 'script_us'):.2f} | {_median(s, 'all_us'):.2f} "
-                f"| {_median(s, 'cpu_us'):.2f} | {_median(s, 'admitted'):.0%} |"
+                f"| {_median(s, 'cpu_us'):.2f} | {_median(s, 'user_us'):.2f} "
+                f"| {_median(s, 'admitted'):.0%} |"
             )
         print("\n| headway | µs (all) | best peer | µs (all) | headway / peer |")
         print("|---|--:|---|--:|--:|")
@@ -374,6 +409,7 @@ def report(results: dict[tuple[str, str], list[Sample]], rounds: int, calls: int
             print(f"| {name} | {own:.2f} | {best} | {theirs:.2f} | {own / theirs:.2f} |")
         print()
         report_cpu(results, scenario)
+        report_before(results, scenario)
 
 
 def report_cpu(results: dict[tuple[str, str], list[Sample]], scenario: str) -> None:
@@ -397,6 +433,26 @@ def report_cpu(results: dict[tuple[str, str], list[Sample]], scenario: str) -> N
         print(
             f"| {name} | {own:.2f} | {best} | {_median(theirs, 'cpu_us'):.2f} "
             f"| {own / _median(theirs, 'cpu_us'):.2f} | {per_round:.2f} |"
+        )
+    print()
+
+
+def report_before(results: dict[tuple[str, str], list[Sample]], scenario: str) -> None:
+    """With ``--before``: each headway row's CPU against its earlier self (per-round ratios)."""
+    pairs = [n for n in ROWS if (f"before {n}", scenario) in results]
+    if not pairs:
+        return
+    print("| algorithm | before CPU µs | after CPU µs | median after / before | user, all rounds |")
+    print("|---|--:|--:|--:|--:|")
+    for name in pairs:
+        old, new = results[(f"before {name}", scenario)], results[(f"headway {name}", scenario)]
+        ratio = statistics.median(n.cpu_us / o.cpu_us for n, o in zip(new, old, strict=True))
+        # Linux splits a thread's time into user and sys by sampling ticks: a short sample
+        # may show no user time at all, so that part is compared over the whole run.
+        user = sum(n.user_us for n in new) / sum(o.user_us for o in old)
+        print(
+            f"| {name} | {_median(old, 'cpu_us'):.2f} | {_median(new, 'cpu_us'):.2f} "
+            f"| {ratio:.3f} | {user:.3f} |"
         )
     print()
 
@@ -446,17 +502,43 @@ def report_instructions(counts: dict[tuple[str, str], float], calls: int) -> Non
         print()
 
 
+def _picked(word: str, name: str) -> bool:
+    """Whether ``--only``'s ``word`` picks ``name``: a part of it, or all of it (``word$``)."""
+    return name == word[:-1] if word.endswith("$") else word in name
+
+
+def add_before(rev: str) -> None:
+    """Rows ``before <name>`` of headway at ``rev`` (``_baseline``), held to the same peers."""
+    lib = baseline(rev)
+    contenders = dict(CONTENDERS)
+    CONTENDERS.clear()
+    for name, factory in contenders.items():
+        CONTENDERS[name] = factory
+        if name.startswith("headway "):  # measured next to each other (and the peers)
+            row = name.removeprefix("headway ")
+            make, peers = ROWS[row]
+            CONTENDERS[f"before {row}"] = _headway(*make, lib=lib)
+            HEADWAY[f"before {row}"] = (CONTENDERS[f"before {row}"], peers)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--only", nargs="*", default=None, help="contenders whose name has this")
+    parser.add_argument(
+        "--only", nargs="*", default=None, help="contenders whose name has this (with $: is this)"
+    )
     parser.add_argument(
         "--instructions", action="store_true", help="count the server's instructions (callgrind)"
     )
+    parser.add_argument(
+        "--before", metavar="REV", help="also the headway rows at git REV, interleaved"
+    )
     args = parser.parse_args()
+    if args.before:
+        add_before(args.before)
     if args.only:
-        keep = {n for n in CONTENDERS if any(word in n for word in args.only)}
+        keep = {n for n in CONTENDERS if any(_picked(word, n) for word in args.only)}
         for name in list(CONTENDERS):
             if name not in keep:
                 del CONTENDERS[name]
@@ -468,9 +550,10 @@ def main() -> None:
         return
     results: dict[tuple[str, str], list[Sample]] = {}
     with private_redis() as url:
-        for _ in range(args.rounds):
+        for i in range(args.rounds):
             for scenario, generous in SCENARIOS.items():
-                for name in CONTENDERS:
+                # Every other round in reverse: no contender always follows the same one.
+                for name in list(CONTENDERS)[:: -1 if i % 2 else 1]:
                     sample = measure(name, generous, url, args.calls)
                     results.setdefault((name, scenario), []).append(sample)
     report(results, args.rounds, args.calls)

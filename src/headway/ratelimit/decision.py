@@ -14,6 +14,7 @@ __all__ = [
     "PolicyDecision",
     "Source",
     "admitted",
+    "decision_from_decide",
     "decision_from_reply",
     "fallback",
 ]
@@ -229,6 +230,23 @@ def decision_from_reply(reply: Sequence[int], policies: Sequence[Policy]) -> Dec
         chosen.policy,
         parts,
     )
+
+
+def decision_from_decide(reply: int | Sequence[int], policies: Sequence[Policy]) -> Decision:
+    """The decision in the reply of ``ratelimit/decide_one.lua`` or ``decide.lua``.
+
+    ``decide_one.lua`` answers one integer when it can (see its header): ``n`` admitted,
+    ``-1 - n`` refused with retry = reset, where ``n = reset_us * (limit + 1) +
+    remaining``; any other reply is ``decide.lua``'s list (``decision_from_reply``).
+    """
+    if not isinstance(reply, int):
+        return decision_from_reply(reply, policies)
+    policy = policies[0]
+    if reply >= 0:
+        reset_us, remaining = divmod(reply, policy.limit + 1)
+        return _one(policy, True, True, remaining, reset_us, 0)
+    reset_us, remaining = divmod(-1 - reply, policy.limit + 1)
+    return _one(policy, False, False, remaining, reset_us, reset_us)
 
 
 def fallback(policies: Sequence[Policy], retry_after: float) -> Decision:

@@ -2,7 +2,8 @@
 -- lease.lua, after clock.lua (never run alone).
 -- NEEDS    from clock: server_now_us
 -- DEFINES (locals every later part of the script may use, and nothing else):
---   call_clock(arg)       now (us) and grace_ms of a call whose ARGV[1] is arg: "" reads
+--   call_clock(arg)       now (us) and grace_ms of a call whose clock argument (ARGV[1];
+--                         decide_one.lua's ARGV[4], or "" when absent) is arg: "" reads
 --                         the server's TIME, grace 0 (always, in production); an integer
 --                         of us is the differential tests' clock, and every TTL then gets
 --                         a 60 s grace, as that clock is not Redis's

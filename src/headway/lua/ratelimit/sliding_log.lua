@@ -15,14 +15,14 @@
 -- Sized for its two functions at once (one allocation, no rehash as they are added).
 local sliding_log = { check = nil, commit = nil }
 
-local function charged_at(members)
-  local member = members[1]
+local function charged_at(member)
   return string.sub(member, 1, string.find(member, ':', 1, true) - 1) + 0
 end
 
 function sliding_log.check(_, key, now, cost, a, b, charging)
   local count = redis.call('ZCARD', key)
-  local oldest = nil
+  -- The time of the entry a refusal waits for: the oldest, once read (if in the window).
+  local first = nil
   if count + cost <= b then
     -- Admitted whatever pruning takes away: prune, counting what it took.
     count = count - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - a)
@@ -30,27 +30,28 @@ function sliding_log.check(_, key, now, cost, a, b, charging)
   else
     -- Refused unless pruning frees room. The oldest entry says whether anything is to be
     -- pruned (one command, as the prune, which then need not run: the refusal of a full
-    -- log is read-only); it is also the one that leaves first, often the retry's.
-    oldest = redis.call('ZRANGE', key, 0, 0)
-    if oldest[1] and charged_at(oldest) <= now - a then
+    -- log is read-only); it is also the one that leaves first, often the retry's (read
+    -- and parsed once for both).
+    local oldest = redis.call('ZRANGE', key, 0, 0)[1]
+    if oldest then first = charged_at(oldest) end
+    if first and first <= now - a then
       count = count - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - a)
-      oldest = nil
+      first = nil
     end
   end
   local ok = count + cost <= b
   local reset = 0
   if count > 0 then
-    reset = charged_at(redis.call('ZRANGE', key, -1, -1)) + a - now
+    reset = charged_at(redis.call('ZRANGE', key, -1, -1)[1]) + a - now
   end
   if ok then return true, b - count, reset, 0, b - count - cost, a, count end
   -- The (count + cost - limit)-th oldest entry has to leave the window first.
   local k = count + cost - b
-  if k > 1 or not oldest then oldest = redis.call('ZRANGE', key, k - 1, k - 1) end
-  local retry = charged_at(oldest) + a - now
+  if k > 1 or not first then first = charged_at(redis.call('ZRANGE', key, k - 1, k - 1)[1]) end
   -- More entries than the limit is debt (a settled reservation, settle.lua).
   local left = b - count
   if left < 0 then left = 0 end
-  return false, left, reset, retry, left, reset
+  return false, left, reset, first + a - now, left, reset
 end
 
 function sliding_log.commit(key, now, cost, a, _, count, _, _, grace_ms)

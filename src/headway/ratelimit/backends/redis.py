@@ -44,7 +44,7 @@ from headway.ratelimit.backends.redis_scripts import (
     state_keys,
 )
 from headway.ratelimit.backends.redis_slots import SlotCalls, grant
-from headway.ratelimit.decision import Decision, decision_from_reply
+from headway.ratelimit.decision import Decision, decision_from_decide, decision_from_reply
 from headway.ratelimit.leasing import Leasing
 from headway.ratelimit.policies import Concurrency, Policy
 from headway.ratelimit.slots import Grant
@@ -135,7 +135,7 @@ class RedisRateLimitBackend:
             reply = await self._wires.call(script, keys, args)
         except UNAVAILABLE as exc:
             raise unavailable(exc) from exc
-        return decision_from_reply(reply, policies)
+        return decision_from_decide(reply, policies)
 
     def _fast_path(self) -> FastPath | None:
         """The limiter's fast path (``fast_path.FastPath``), when calls go over headway's
@@ -143,7 +143,7 @@ class RedisRateLimitBackend:
         if not self.own_connection or self.clock is not None:
             return None
         return FastPath(
-            self._submit, decision_from_reply, _FAILURES, self._submit_reserve, self._submit_settle
+            self._submit, decision_from_decide, _FAILURES, self._submit_reserve, self._submit_settle
         )
 
     def _submit(

@@ -1,7 +1,8 @@
 """Which Lua script a rate-limit call runs, its keys and arguments, packed once per policy set.
 
 ``state_keys``, ``decide_call`` and ``lease_call`` say what a call of
-``ratelimit/decide.lua`` or ``ratelimit/lease.lua`` sends. ``decide_script`` and
+``ratelimit/decide_one.lua`` (one policy), ``ratelimit/decide.lua`` or
+``ratelimit/lease.lua`` sends. ``decide_script`` and
 ``lease_script`` combine a main script (``ratelimit/decide_one``,
 ``ratelimit/decide`` or ``ratelimit/lease``) with the library script and the fragments
 of just the algorithms the policies use, one ``Script`` per combination. ``Packing``
@@ -26,6 +27,7 @@ from headway.ratelimit.policies import Policy
 __all__ = [
     "Packing",
     "decide_call",
+    "decide_many_call",
     "decide_script",
     "lease_call",
     "lease_script",
@@ -51,6 +53,22 @@ def state_keys(key: str, policies: Sequence[Policy]) -> list[str]:
 
 
 def decide_call(
+    key: str, policies: Sequence[Policy], cost: int, peek: bool, now_us: int | None
+) -> tuple[list[str], list[int | str]]:
+    """Keys and arguments of the script ``decide_script`` picks (``now_us`` None: the
+    server's ``TIME``): ``ratelimit/decide_one.lua``'s for one policy (``a, b, cost`` with
+    a peek's cost negated, then ``now_us`` if any), else ``decide_many_call``'s."""
+    policies = PolicySet.of(policies)
+    if len(policies) > 1:
+        return decide_many_call(key, policies, cost, peek, now_us)
+    _, a, b = policies.specs[0]
+    args: list[int | str] = [a, b, -cost if peek else cost]
+    if now_us is not None:
+        args.append(now_us)
+    return state_keys(key, policies), args
+
+
+def decide_many_call(
     key: str, policies: Sequence[Policy], cost: int, peek: bool, now_us: int | None
 ) -> tuple[list[str], list[int | str]]:
     """Keys and arguments of ``ratelimit/decide.lua`` (``now_us`` None: the server's ``TIME``)."""
@@ -130,7 +148,8 @@ def decide_script(policies: Sequence[Policy]) -> Script:
     """The script deciding ``policies``, with just the algorithms they use (defined per call).
 
     One policy runs ``ratelimit/decide_one.lua``, several ``ratelimit/decide.lua``: the same
-    arguments, reply and state, the first without the loops and tables several need.
+    reply and state, the first without the loops and tables several need, and with fewer
+    arguments (``decide_call``).
     """
     policies = PolicySet.of(policies)
     kinds = tuple(a.kind for a in policies.algorithms)

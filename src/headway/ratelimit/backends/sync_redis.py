@@ -35,7 +35,7 @@ from headway.ratelimit.backends.redis_scripts import (
     state_keys,
 )
 from headway.ratelimit.backends.redis_slots import SlotCalls, grant
-from headway.ratelimit.decision import Decision, decision_from_reply
+from headway.ratelimit.decision import Decision, decision_from_decide, decision_from_reply
 from headway.ratelimit.leasing import Leasing
 from headway.ratelimit.policies import Concurrency, Policy
 from headway.ratelimit.slots import Grant
@@ -108,7 +108,7 @@ class SyncRedisRateLimitBackend:
             reply = self._wire.call(script, keys, args)
         except UNAVAILABLE as exc:
             raise unavailable(exc) from exc
-        return decision_from_reply(reply, policies)
+        return decision_from_decide(reply, policies)
 
     def lease(
         self,
