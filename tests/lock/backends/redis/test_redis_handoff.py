@@ -12,7 +12,7 @@ from redis import asyncio as aioredis
 from headway import Lock, RedisLockBackend
 from headway.lock.backends.redis.keys import ACQUIRE, LEAVE, acquire_call, leave_call, lock_keys
 from headway.lock.flow import Attempt, Try
-from tests.lock.backends.redis.waiters import queue_raw_waiter
+from tests.lock.backends.redis.waiters import queue_raw_waiter, ridden
 
 pytestmark = pytest.mark.anyio
 
@@ -120,9 +120,7 @@ async def test_a_rider_with_nobody_queued_is_granted_without_the_queue(
     lock = Lock(redis_backend, "relay", ttl=30, timeout=10)
     held = await lock.acquire()
     rider = asyncio.create_task(lock.acquire())
-    async with asyncio.timeout(5):
-        while not redis_backend._riders.held["relay"].riders:
-            await asyncio.sleep(0.001)
+    await ridden(redis_backend, "relay")
     await redis_client.config_resetstat()
     await lock.release(held)
     async with asyncio.timeout(2):

@@ -13,7 +13,7 @@ from redis import asyncio as aioredis
 
 from headway import Lock, LockNotAcquired, LockNotOwned, RedisLockBackend
 from headway.lock.backends.redis.keys import LEAVE, leave_call, lock_keys
-from tests.lock.backends.redis.waiters import queue_raw_waiter
+from tests.lock.backends.redis.waiters import queue_raw_waiter, ridden, two_riders
 from tests.servers import RedisServers
 
 pytestmark = pytest.mark.anyio
@@ -36,13 +36,6 @@ async def riding(
         yield redis_backend
     finally:
         await redis_backend._waker.part(channel, "spectator")
-
-
-async def _ridden(backend: RedisLockBackend, resource: str = "ride", count: int = 1) -> None:
-    """Return once ``count`` tasks ride on our holder of ``resource`` (bounded)."""
-    async with asyncio.timeout(5):
-        while len(backend._riders.held[resource].riders) < count:
-            await asyncio.sleep(0.001)
 
 
 async def test_riders_take_one_script_per_grant_in_fifo_order(
@@ -89,7 +82,7 @@ async def test_a_rider_goes_behind_a_waiter_queued_before_it(
     held = await lock.acquire()
     earlier = await queue_raw_waiter(redis_client, "ride", "a" * 32)  # another process's
     rider = asyncio.create_task(lock.acquire())
-    await _ridden(backend)
+    await ridden(backend)
     assert not rider.done()
     k = lock_keys("ride")
     assert await redis_client.zrange(k.queue, 0, -1) == [earlier.encode()]  # not queued yet
@@ -124,7 +117,7 @@ async def test_a_rider_that_gives_up_leaves_nothing_behind(
     with pytest.raises(LockNotAcquired):
         await lock.acquire(timeout=0.2)  # rides, times out before any release
     cancelled = asyncio.create_task(lock.acquire(timeout=10))
-    await _ridden(backend)
+    await ridden(backend)
     cancelled.cancel()
     with pytest.raises(asyncio.CancelledError):
         await cancelled
@@ -142,7 +135,7 @@ async def test_riders_of_a_holder_that_lost_its_lease_try_for_themselves(
     lock = Lock(backend, "ride", ttl=30, timeout=10)
     held = await lock.acquire()
     rider = asyncio.create_task(lock.acquire())
-    await _ridden(backend)
+    await ridden(backend)
     k = lock_keys("ride")
     await redis_client.set(k.owner, "somebody-else", px=300)  # our lease is gone
     with pytest.raises(LockNotOwned):
@@ -158,11 +151,7 @@ async def test_riders_behind_a_rider_of_ours_ride_on_its_release_outside_redis(
     # Nobody else waits: the release grants the first rider at once and leaves the second
     # to ride on the first's release. Neither ever enters the queue in Redis.
     lock = Lock(redis_backend, "left", ttl=30, timeout=10)
-    held = await lock.acquire()
-    first = asyncio.create_task(lock.acquire())
-    await _ridden(redis_backend, "left")
-    second = asyncio.create_task(lock.acquire())
-    await _ridden(redis_backend, "left", 2)
+    held, first, second = await two_riders(redis_backend, lock)
     await redis_client.config_resetstat()
     await lock.release(held)
     async with asyncio.timeout(2):
@@ -182,11 +171,7 @@ async def test_a_rider_left_to_us_that_gives_up_leaves_the_lock_free(
     redis_backend: RedisLockBackend,
 ) -> None:
     lock = Lock(redis_backend, "left", ttl=30, timeout=10)
-    held = await lock.acquire()
-    first = asyncio.create_task(lock.acquire())
-    await _ridden(redis_backend, "left")
-    second = asyncio.create_task(lock.acquire())
-    await _ridden(redis_backend, "left", 2)
+    held, first, second = await two_riders(redis_backend, lock)
     await lock.release(held)
     async with asyncio.timeout(2):
         one = await first

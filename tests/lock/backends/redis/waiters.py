@@ -1,9 +1,12 @@
-"""Waiters queued in Redis as another process would queue them."""
+"""Waiters queued in Redis as another process would queue them, and riders of ours."""
 
 from __future__ import annotations
 
+import asyncio
+
 from redis import asyncio as aioredis
 
+from headway import Lease, Lock, RedisLockBackend
 from headway.lock.backends.redis.keys import ACQUIRE, acquire_call
 from headway.lock.flow import Attempt, Try, waiter_id
 
@@ -14,3 +17,22 @@ async def queue_raw_waiter(client: aioredis.Redis, resource: str, token: str) ->
     keys, args = acquire_call(resource, step)
     assert not Attempt.from_reply(await ACQUIRE.run(client, keys, args)).granted
     return step.waiter
+
+
+async def ridden(backend: RedisLockBackend, resource: str = "ride", count: int = 1) -> None:
+    """Return once ``count`` tasks ride on our holder of ``resource`` (bounded)."""
+    async with asyncio.timeout(5):
+        while len(backend._riders.held[resource].riders) < count:
+            await asyncio.sleep(0.001)
+
+
+async def two_riders(
+    backend: RedisLockBackend, lock: Lock
+) -> tuple[Lease, asyncio.Task[Lease], asyncio.Task[Lease]]:
+    """``lock`` held by one task of ``backend``, and two more riding on it, in order."""
+    held = await lock.acquire()
+    first = asyncio.create_task(lock.acquire())
+    await ridden(backend, lock.resource)
+    second = asyncio.create_task(lock.acquire())
+    await ridden(backend, lock.resource, 2)
+    return held, first, second
