@@ -249,6 +249,9 @@ async def test_out_of_memory_locks_and_slots_are_still_given_back(
         with pytest.raises(redis.exceptions.OutOfMemoryError):
             for i in range(10_000):
                 await client.set(f"fill{i}", filler)
+        # Far past the limit, not at its edge (where a freed buffer would let the next
+        # write in): the server keeps what it holds and refuses every write that grows it.
+        await client.config_set("maxmemory", "1mb")
         # Out of memory: a decision fails open (the policy's on_error), nothing raises...
         assert (await limiter.hit("k")).source is Source.FAILED_OPEN
         # ...and what frees memory still runs: a lock extended and released, a slot back.
