@@ -142,7 +142,7 @@ def handed_to(reply: Any) -> tuple[str, int, bool] | None:
     """The waiter and fence a ``lock/release`` reply handed the lock to, if any, and
     whether the release left the other riders to ride on that waiter's release."""
     if isinstance(reply, list):  # {1, waiter, fence, left}; a plain 1 or 0 otherwise
-        return text(reply[1]), int(reply[2]), len(reply) > 3 and int(reply[3]) == 1
+        return text(reply[1]), int(reply[2]), int(reply[3]) == 1
     return None
 
 
