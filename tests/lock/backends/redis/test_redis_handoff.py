@@ -12,7 +12,7 @@ from redis import asyncio as aioredis
 from headway import Lock, RedisLockBackend
 from headway.lock.backends.redis.keys import ACQUIRE, LEAVE, acquire_call, leave_call, lock_keys
 from headway.lock.flow import Attempt, Try
-from tests.lock.backends.redis.waiters import queue_raw_waiter, ridden
+from tests.lock.backends.redis.waiters import queue_raw_waiter, ridden, subscribed
 
 pytestmark = pytest.mark.anyio
 
@@ -119,8 +119,9 @@ async def test_a_rider_with_nobody_queued_is_granted_without_the_queue(
     # next, and is granted the lock at once, without a write to the queue's keys.
     lock = Lock(redis_backend, "relay", ttl=30, timeout=10)
     held = await lock.acquire()
-    rider = asyncio.create_task(lock.acquire())
-    await ridden(redis_backend, "relay")
+    async with subscribed(redis_backend, "relay"):
+        rider = asyncio.create_task(lock.acquire())
+        await ridden(redis_backend, "relay")
     await redis_client.config_resetstat()
     await lock.release(held)
     async with asyncio.timeout(2):

@@ -13,7 +13,7 @@ from redis import asyncio as aioredis
 
 from headway import Lock, LockNotAcquired, LockNotOwned, RedisLockBackend
 from headway.lock.backends.redis.keys import LEAVE, leave_call, lock_keys
-from tests.lock.backends.redis.waiters import queue_raw_waiter, ridden, two_riders
+from tests.lock.backends.redis.waiters import queue_raw_waiter, ridden, subscribed, two_riders
 from tests.servers import RedisServers
 
 pytestmark = pytest.mark.anyio
@@ -30,12 +30,8 @@ async def riding(
     if request.param == "first waiter":
         yield redis_backend
         return
-    channel = lock_keys("ride").channel
-    await redis_backend._waker.listen(channel, "spectator")
-    try:
+    async with subscribed(redis_backend, "ride"):
         yield redis_backend
-    finally:
-        await redis_backend._waker.part(channel, "spectator")
 
 
 async def test_riders_take_one_script_per_grant_in_fifo_order(
@@ -151,7 +147,8 @@ async def test_riders_behind_a_rider_of_ours_ride_on_its_release_outside_redis(
     # Nobody else waits: the release grants the first rider at once and leaves the second
     # to ride on the first's release. Neither ever enters the queue in Redis.
     lock = Lock(redis_backend, "left", ttl=30, timeout=10)
-    held, first, second = await two_riders(redis_backend, lock)
+    async with subscribed(redis_backend, "left"):
+        held, first, second = await two_riders(redis_backend, lock)
     await redis_client.config_resetstat()
     await lock.release(held)
     async with asyncio.timeout(2):
@@ -171,7 +168,8 @@ async def test_a_rider_left_to_us_that_gives_up_leaves_the_lock_free(
     redis_backend: RedisLockBackend,
 ) -> None:
     lock = Lock(redis_backend, "left", ttl=30, timeout=10)
-    held, first, second = await two_riders(redis_backend, lock)
+    async with subscribed(redis_backend, "left"):
+        held, first, second = await two_riders(redis_backend, lock)
     await lock.release(held)
     async with asyncio.timeout(2):
         one = await first

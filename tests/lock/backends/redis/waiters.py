@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 from redis import asyncio as aioredis
 
 from headway import Lease, Lock, RedisLockBackend
-from headway.lock.backends.redis.keys import ACQUIRE, acquire_call
+from headway.lock.backends.redis.keys import ACQUIRE, acquire_call, lock_keys
 from headway.lock.flow import Attempt, Try, waiter_id
 
 
@@ -36,3 +38,16 @@ async def two_riders(
     second = asyncio.create_task(lock.acquire())
     await ridden(backend, lock.resource, 2)
     return held, first, second
+
+
+@contextlib.asynccontextmanager
+async def subscribed(backend: RedisLockBackend, resource: str) -> AsyncIterator[None]:
+    """``resource``'s wake-up channel kept subscribed by a listener that waits for nothing:
+    a rider then joins before its first attempt and never tries again after subscribing
+    (an attempt that, sent as the holder releases, would find its grant itself)."""
+    channel = lock_keys(resource).channel
+    await backend._waker.listen(channel, "spectator")
+    try:
+        yield
+    finally:
+        await backend._waker.part(channel, "spectator")
