@@ -159,21 +159,7 @@ class RedisServers:
             for _ in range(masters * (1 + replicas))
         ]  # fmt: skip
         addresses = [f"127.0.0.1:{node.port}" for node in nodes]
-        cli = self.binary.replace("redis-server", "redis-cli")
-        subprocess.run(
-            [
-                cli,
-                "--cluster",
-                "create",
-                *addresses,
-                "--cluster-replicas",
-                str(replicas),
-                "--cluster-yes",
-            ],
-            check=True,
-            stdout=subprocess.DEVNULL,
-            timeout=60,
-        )
+        _create_cluster(self.binary.replace("redis-server", "redis-cli"), addresses, replicas)
         deadline = time.monotonic() + 20
         for node in nodes:
             client = redis.Redis(port=node.port)
@@ -291,3 +277,18 @@ def private_redis(db: int = 0) -> Iterator[str]:
             yield f"redis://127.0.0.1:{servers.start().port}/{db}"
         finally:
             servers.stop_all()
+
+
+def _create_cluster(cli: str, addresses: list[str], replicas: int) -> None:
+    """``redis-cli --cluster create`` over fresh nodes; tried twice, as it failed once in
+    a CI run with nothing said (its output was dropped then): what it prints is kept now,
+    and raised with the error if the second try fails too."""
+    argv = [cli, "--cluster", "create", *addresses, "--cluster-replicas", str(replicas),
+            "--cluster-yes"]  # fmt: skip
+    said = []
+    for _ in range(2):
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        if done.returncode == 0:
+            return
+        said.append((done.stdout + done.stderr)[-2000:])
+    raise RuntimeError("redis-cli --cluster create failed twice:\n" + "\n---\n".join(said))
