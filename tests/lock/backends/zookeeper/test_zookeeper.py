@@ -214,3 +214,54 @@ async def test_a_waiter_whose_only_predecessor_left_holds_without_a_listing(
             held, holding, waiting = lease, waiting, holding
         await holding.release(held)
     assert min(seen) == 1, seen
+
+
+async def test_a_released_holder_hands_over_to_its_sessions_waiter_without_a_listing(
+    fast_zookeeper: ZooKeeperServer, zk_prefix: str
+) -> None:
+    # Three requests of one session: the last watches the middle one, which still had
+    # the holder ahead of it when the watch was set. Once the middle one holds and
+    # releases, nothing can be ahead of the last: its grant costs no listing either.
+    async with backends_on(fast_zookeeper.hosts, zk_prefix) as make:
+        backend, seen = make(), []
+        locks = [Lock(backend, "s", ttl=1, timeout=5) for _ in range(3)]
+        held = await locks[0].acquire()
+        middle = await queued(locks[1], locks[1].acquire)
+        last = await queued(locks[2], locks[2].acquire)
+        for holder, waiter in ((locks[0], middle), (locks[1], last)):
+            before = packets_received(fast_zookeeper)
+            await holder.release(held)  # one delete
+            async with asyncio.timeout(5):
+                held = await waiter
+            seen.append(packets_received(fast_zookeeper) - before - 1)  # less one srvr
+        await locks[2].release(held)
+    assert seen == [1, 1], seen
+
+
+async def test_a_waiter_that_leaves_hands_over_nothing(
+    fast_zookeeper: ZooKeeperServer, zk_prefix: str
+) -> None:
+    # The deletion of a node that only waited proves nothing about the nodes ahead of
+    # it: the waiter behind it looks again, and keeps waiting while the holder holds.
+    async with backends_on(fast_zookeeper.hosts, zk_prefix) as make:
+        backend = make()
+        holding = Lock(backend, "w", ttl=1, timeout=5)
+        held = await holding.acquire()
+        leaving = Lock(backend, "w", ttl=1, timeout=5)
+        staying = Lock(backend, "w", ttl=1, timeout=5)
+        gone = await queued(leaving, leaving.acquire)
+        waiter = await queued(staying, staying.acquire)
+        before = packets_received(fast_zookeeper)
+        gone.cancel()  # its node is deleted: the staying waiter's watch fires
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        polls = 0
+        async with asyncio.timeout(5):  # the delete, its look at the queue, its new watch
+            while packets_received(fast_zookeeper) - before - (polls := polls + 1) < 3:
+                await asyncio.sleep(0.01)
+        assert not waiter.done()
+        state = await backend.inspect("w")
+        assert (len(state.holders), state.waiting) == (1, 1)
+        await holding.release(held)
+        async with asyncio.timeout(5):
+            await staying.release(await waiter)

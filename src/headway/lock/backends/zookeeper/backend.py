@@ -72,6 +72,7 @@ class ZooKeeperLockBackend(ZooKeeperQueue):
     """
 
     name = "zookeeper"
+    succession = True
     modes: frozenset[ModeKind] = frozenset({"read", "write", "permits"})
 
     def __init__(

@@ -53,6 +53,10 @@ class ZooKeeperQueue(QueuedBackend):
     """The primitives over one ``Session``; see the module docstring for the hooks."""
 
     name = "zookeeper"
+    #: Whether a released holder's deletion makes the waiter watching it the first in
+    #: the queue (true of the exclusive lock, whose waiters each watch the one node just
+    #: ahead): that waiter is then granted on the deletion's watch event, unlisted.
+    succession = False
 
     def __init__(self, session: Session, clock: Clock | None = None) -> None:
         super().__init__(clock)
@@ -189,6 +193,7 @@ class ZooKeeperQueue(QueuedBackend):
                 return Attempt(False, pttl_ms=_hint_ms())
             last = self._last_blockers(node.name, children, blockers)
             waker.expect({f"{folder}/{name}" for name in blockers} if last else None)
+            self._follow(waker, f"{folder}/{blockers[0]}" if self.succession else None)
             if await self._watch(folder, blockers, waker):
                 return Attempt(False, pttl_ms=_hint_ms())
             children = await self._children(folder)  # one of them left meanwhile
@@ -199,6 +204,25 @@ class ZooKeeperQueue(QueuedBackend):
         calls = [client.exists_async(f"{folder}/{name}", watch=waker.fire) for name in blockers]
         stats = [await self.session.call(call) for call in calls]
         return all(stat is not None for stat in stats)
+
+    def _follow(self, waker: WatchWaker, path: str | None) -> None:
+        """Record that ``waker`` waits on the node at ``path`` alone (None: on nothing now)."""
+        successors = self.session.successors
+        if waker.follows is not None and successors.get(waker.follows) is waker:
+            del successors[waker.follows]
+        waker.follows = path
+        if path is not None:
+            successors[path] = waker
+
+    def _hand_over(self, node: Node) -> None:
+        """``node``, held, is about to be deleted: once it is, the waiter of this session
+        watching it is first. A holder's node has nothing ahead of it, and the waiter
+        saw no node between the two when it chose which to watch (sequences only rise),
+        so that deletion alone grants it; ``_drop``, a waiter leaving, proves nothing."""
+        successor = self.session.successors.pop(node.path, None)
+        if successor is not None:
+            successor.follows = None
+            successor.expect({node.path})
 
     def _arm(self, token: str, node: Node, until: float, loop: asyncio.AbstractEventLoop) -> None:
         """Delete ``node`` at ``until`` (loop time) unless renewed: the lease's end."""
@@ -233,6 +257,7 @@ class ZooKeeperQueue(QueuedBackend):
         node = self._forget(token)
         if node is None:  # never ours, or its lease ran out
             return False
+        self._hand_over(node)
         try:
             await self.session.call(self.session.client.delete_async(node.path))
         except NoNodeError:
@@ -279,7 +304,9 @@ class ZooKeeperQueue(QueuedBackend):
         return waker
 
     async def _unlisten(self, resource: str, waiter: str) -> None:
-        self.session.wakers.pop(parse_waiter(waiter)[0], None)
+        waker = self.session.wakers.pop(parse_waiter(waiter)[0], None)
+        if waker is not None:
+            self._follow(waker, None)
 
     def _sweep(self, folder: str, token: str) -> None:
         """Delete ``token``'s nodes in the background, retrying while ZooKeeper is away."""

@@ -47,6 +47,8 @@ class Session:
         self.live: threading.Event | None = None
         self.nodes: dict[str, Node] = {}  # token -> its node, waiting or holding
         self.wakers: dict[str, WatchWaker] = {}  # token -> its waiter's wake-ups
+        # A watched node's path -> the waiter whose lock its deletion may hand over.
+        self.successors: dict[str, WatchWaker] = {}
         self.sweeps: set[asyncio.Task[None]] = set()
 
     async def ready(self) -> None:
