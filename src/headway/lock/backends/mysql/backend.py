@@ -97,6 +97,7 @@ from headway.lock.backends.mysql.common import (
     GIVE_BACK,
     NOT_GRANTED,
     RELEASE,
+    RELEASE_DIRECT,
     SESSION_ID,
     TOUCH,
     UNAVAILABLE,
@@ -125,6 +126,8 @@ T = TypeVar("T")
 class _Held(Held):
     #: The lock's name, for ``RELEASE_LOCK``.
     name: str = ""
+    #: The driver's connection, when its own cursor sends the release (``_direct``).
+    driver: Any = None
 
 
 class MySQLLockBackend(WindowClaims, common.Common, SessionLockBackend[_Held]):
@@ -156,12 +159,15 @@ class MySQLLockBackend(WindowClaims, common.Common, SessionLockBackend[_Held]):
         self.engine = engine
         self._held: dict[str, _Held] = {}
 
-    async def _run(self, conn: AsyncConnection, steps: Generator[Step, Reply, T]) -> T:
-        """Run ``steps`` (a flow from ``common``) on ``conn``."""
+    async def _run(self, conn: AsyncConnection, driver: Any, steps: Generator[Step, Reply, T]) -> T:
+        """Run ``steps`` (a flow from ``common``) on ``conn`` (``driver``: its driver's
+        connection if it takes several statements in one query, else None)."""
         step = next(steps)
         while True:
             try:
-                done = await self._bounded(self._step(conn, step), step.extra + self.timeout)
+                done = await self._bounded(
+                    self._step(conn, driver, step), step.extra + self.timeout
+                )
             except sqlalchemy.exc.DBAPIError as exc:
                 try:
                     step = steps.throw(exc)
@@ -173,26 +179,32 @@ class MySQLLockBackend(WindowClaims, common.Common, SessionLockBackend[_Held]):
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
 
-    async def _step(self, conn: AsyncConnection, step: Step) -> Reply:
+    async def _step(self, conn: AsyncConnection, driver: Any, step: Step) -> Reply:
         if not step.paired:
             assert step.statement is not None
             return reply(await conn.execute(step.statement, step.params))
         # Several statements in one query: on the driver's own cursor, as SQLAlchemy's
-        # result reads the first statement's reply only. Errors are wrapped as SQLAlchemy
-        # wraps them (a lost connection invalidated), for the flow and the callers.
-        raw = await conn.get_raw_connection()
-        assert raw.driver_connection is not None
-        cursor = await raw.driver_connection.cursor()
+        # result reads the first statement's reply only.
+        return await self._direct(conn, driver, step.paired, step.params, statements=2)
+
+    async def _direct(
+        self, conn: AsyncConnection, driver: Any, sql: str, params: dict[str, Any], statements: int
+    ) -> Reply:
+        """Run ``sql`` (``statements`` of them) on ``driver``'s own cursor. Errors are
+        wrapped as SQLAlchemy wraps them (a lost connection invalidated), for the flows
+        and the callers."""
+        cursor = await driver.cursor()
         try:
-            await cursor.execute(step.paired, step.params)
-            await cursor.nextset()
+            await cursor.execute(sql, params)
+            for _ in range(statements - 1):
+                await cursor.nextset()
         except self.engine.dialect.loaded_dbapi.Error as exc:
-            lost = self.engine.dialect.is_disconnect(exc, raw.dbapi_connection, cursor)
+            lost = self.engine.dialect.is_disconnect(exc, driver, cursor)
             if lost:
                 await conn.invalidate()
             raise sqlalchemy.exc.DBAPIError.instance(
-                step.paired,
-                step.params,
+                sql,
+                params,
                 exc,
                 self.engine.dialect.loaded_dbapi.Error,
                 connection_invalidated=lost,
@@ -209,9 +221,10 @@ class MySQLLockBackend(WindowClaims, common.Common, SessionLockBackend[_Held]):
         name = lock_name(resource, self.database)
         sent = self.clock()
         for retry in (True, False):
-            conn, session, paired = await self._checkout(wait)
+            conn, session, driver = await self._checkout(wait)
             try:
-                fence = await self._run(conn, common.grant(name, wait, ttl_ms, paired))
+                grant = common.grant(name, wait, ttl_ms, paired=driver is not None)
+                fence = await self._run(conn, driver, grant)
                 if fence and common.waited(sent, self.clock(), ttl_ms):
                     # We waited: restart the server's TTL timer from a moment we know.
                     sent = self.clock()
@@ -240,7 +253,7 @@ class MySQLLockBackend(WindowClaims, common.Common, SessionLockBackend[_Held]):
             await run_to_end(self._give_back(conn))
             raise self._not_acquired(resource, timeout)
         token = new_token()
-        self._held[token] = _Held(conn, name=name)
+        self._held[token] = _Held(conn, name=name, driver=driver)
         return Lease(resource, token, fence, sent + ttl_ms / 1000, ttl_ms / 1000)
 
     async def inspect(self, resource: str) -> LockState:
@@ -268,10 +281,10 @@ class MySQLLockBackend(WindowClaims, common.Common, SessionLockBackend[_Held]):
         except UNAVAILABLE as exc:
             raise self._unavailable(exc) from exc
 
-    async def _checkout(self, wait: float) -> tuple[AsyncConnection, int, bool]:
-        """A pooled connection, its session id (``KILL CONNECTION`` needs it) and whether
-        it takes several statements in one query; it holds nothing yet, and its settings
-        are the pool's."""
+    async def _checkout(self, wait: float) -> tuple[AsyncConnection, int, Any]:
+        """A pooled connection, its session id (``KILL CONNECTION`` needs it) and, if it
+        takes several statements in one query, its driver's connection (else None); it
+        holds nothing yet, and its settings are the pool's."""
         try:
             # Shielded: on cancellation the checkout ends first, then the connection
             # goes back to the pool.
@@ -279,17 +292,17 @@ class MySQLLockBackend(WindowClaims, common.Common, SessionLockBackend[_Held]):
         except UNAVAILABLE as exc:
             raise self._unavailable(exc) from exc
 
-    async def _open(self, wait: float) -> tuple[AsyncConnection, int, bool]:
+    async def _open(self, wait: float) -> tuple[AsyncConnection, int, Any]:
         conn = await self._bounded(self.engine.connect().start(), wait + self.timeout)
         try:
             driver = (await conn.get_raw_connection()).driver_connection
             paired = bool(getattr(driver, "client_flag", 0) & _MULTI_STATEMENTS)
-            return conn, await self._session_id(conn, driver), paired
+            return conn, await self._session_id(conn, driver), driver if paired else None
         except BaseException:
             await _discard(conn)
             raise
 
-    async def _close_opened(self, opened: tuple[AsyncConnection, int, bool]) -> None:
+    async def _close_opened(self, opened: tuple[AsyncConnection, int, Any]) -> None:
         await opened[0].close()
 
     async def _session_id(self, conn: AsyncConnection, driver: Any) -> int:
@@ -322,5 +335,9 @@ class MySQLLockBackend(WindowClaims, common.Common, SessionLockBackend[_Held]):
         return {"ttl": seconds(ttl_ms)}
 
     def _unlock(self, held: _Held) -> Awaitable[object]:
-        """``RELEASE_LOCK``, in the statement that restores the session's settings."""
+        """``RELEASE_LOCK``, in the statement that restores the session's settings: on the
+        driver's own cursor where the grant went (it needs no result, and skips
+        SQLAlchemy's statement handling, docs/decisions/lock.md)."""
+        if held.driver is not None:
+            return self._direct(held.conn, held.driver, RELEASE_DIRECT, {"name": held.name}, 1)
         return held.conn.execute(RELEASE, {"name": held.name})

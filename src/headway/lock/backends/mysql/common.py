@@ -87,6 +87,7 @@ GIVE_BACK = text(f"SET {_RESTORE}")
 # A live session holds its lock (only its end or its own RELEASE_LOCK frees it), so
 # the statement succeeding is the answer; its result is not needed.
 RELEASE = text(f"SET @headway_released = RELEASE_LOCK(:name), {_RESTORE}")
+RELEASE_DIRECT = _driver_sql(RELEASE, ("name",))  # on the driver's own cursor
 SESSION_ID = text("SELECT CONNECTION_ID()")
 # ``inspect``: the holder's session (NULL: free), its fence (the row its grant wrote), and
 # the sessions waiting in GET_LOCK for the name, found by their statement's text in the
