@@ -4,9 +4,10 @@
 request's node (listing its siblings in the same round trip), decide, watch the nodes
 that must go first, delete the node at the lease's end, on release, or when its waiter
 gives up, and sweep away nodes whose create reply was lost. A subclass says where its
-nodes live (``_folder``), how they are named (``_label``) and which of the nodes ahead
-a request waits for (``_blockers``): the exclusive lock (``backend``) and the mode views
-(``modal``).
+nodes live (``_folder``), how they are named (``_label``), which of the nodes ahead a
+request waits for (``_blockers``) and whether a released holder hands the lock to the
+waiter of this session behind it (``succession``): the exclusive lock (``backend``) and
+the mode views (``modal``).
 """
 
 from __future__ import annotations
