@@ -254,13 +254,11 @@ def _sync_redis(
 @contextlib.contextmanager
 def _sync_mysql(request: pytest.FixtureRequest) -> Iterator[SyncLockBackend]:
     url = sa.make_url(request.getfixturevalue("mysql_url")).set(drivername="mysql+pymysql")
-    engine = sa.create_engine(url, pool_size=16)
-    backend = SyncMySQLLockBackend(engine)
+    backend = SyncMySQLLockBackend.from_url(url.render_as_string(False), pool_size=16)
     try:
         yield backend
     finally:
         backend.close()
-        engine.dispose()
 
 
 @contextlib.contextmanager

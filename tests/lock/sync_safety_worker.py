@@ -56,9 +56,8 @@ def make_sync_backend(name: str) -> tuple[SyncLockBackend, list[Close]]:
         return redis_backend, [redis_backend.close, client.close]
     if name == "sync-mysql":
         url = sa.make_url(env["HEADWAY_TEST_MYSQL_URL"]).set(drivername="mysql+pymysql")
-        engine = sa.create_engine(url, pool_size=3)
-        mysql = SyncMySQLLockBackend(engine)
-        return mysql, [mysql.close, engine.dispose]
+        mysql = SyncMySQLLockBackend.from_url(url.render_as_string(False), pool_size=3)
+        return mysql, [mysql.close]
     twin: BlockingLockBackend
     if name == "sync-postgres":
         twin = SyncPostgresLockBackend(env["HEADWAY_TEST_DATABASE_URL"], pool_size=3)

@@ -9,12 +9,14 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pymysql  # type: ignore[import-untyped]
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.pool import QueuePool
 
 from headway import BackendUnavailable, LockNotAcquired, SyncLock, SyncMySQLLockBackend
 from headway.lock.backends.mysql import FENCE_TABLE, lock_name
+from headway.lock.backends.mysql.common import MULTI_STATEMENTS
 
 pytestmark = [pytest.mark.mysql]
 
@@ -24,9 +26,15 @@ def sync_url(mysql_url: str) -> str:
     return sa.make_url(mysql_url).set(drivername="mysql+pymysql").render_as_string(False)
 
 
-@pytest.fixture
-def sync_engine(mysql_url: str) -> Iterator[sa.Engine]:
-    eng = sa.create_engine(sync_url(mysql_url), pool_size=16, max_overflow=8)
+# A connection that takes several statements in one query gets the grant and its fence
+# in one (``from_url`` makes such engines); others, two statements one after the other.
+PATHS = {"one query": {"client_flag": MULTI_STATEMENTS}, "two statements": {}}
+
+
+@pytest.fixture(params=list(PATHS))
+def sync_engine(mysql_url: str, request: pytest.FixtureRequest) -> Iterator[sa.Engine]:
+    options = {"connect_args": PATHS[request.param]}
+    eng = sa.create_engine(sync_url(mysql_url), pool_size=16, max_overflow=8, **options)
     try:
         yield eng
     finally:
@@ -181,3 +189,64 @@ def test_a_killed_session_is_not_owned_any_more(
 def test_rejects_other_databases() -> None:
     with pytest.raises(ValueError, match="MySQL or MariaDB"):
         SyncMySQLLockBackend(sa.create_engine("sqlite://"))
+
+
+def sent_commands(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The queries pymysql sends from now on (until ``monkeypatch.undo()``)."""
+    sent: list[str] = []
+    send = pymysql.connections.Connection._execute_command
+
+    def counted(self: pymysql.connections.Connection, command: int, sql: Any) -> Any:
+        sent.append(sql if isinstance(sql, str) else bytes(sql).decode(errors="replace"))
+        return send(self, command, sql)
+
+    monkeypatch.setattr(pymysql.connections.Connection, "_execute_command", counted)
+    return sent
+
+
+def test_from_url_sends_the_grant_and_its_fence_in_one_query(
+    mysql_url: str, resource: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = SyncMySQLLockBackend.from_url(sync_url(mysql_url), pool_size=2)
+    try:
+        backend.release(backend.acquire(resource, ttl=5, timeout=0))  # the table made
+        sent = sent_commands(monkeypatch)
+        backend.release(backend.acquire(resource, ttl=5, timeout=0))
+        monkeypatch.undo()
+    finally:
+        backend.close()
+    lock_statements = [sql for sql in sent if "RELEASE_LOCK" not in sql and "headway" in sql]
+    [grant] = [sql for sql in lock_statements if "GET_LOCK" in sql or FENCE_TABLE in sql]
+    assert "GET_LOCK" in grant
+    assert f"INSERT INTO {FENCE_TABLE}" in grant
+    assert [sql for sql in sent if "RELEASE_LOCK" in sql]  # and one release
+
+
+def test_a_plain_engine_sends_the_fence_after_the_grant(
+    mysql_url: str, resource: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = sa.create_engine(sync_url(mysql_url), pool_size=2)
+    backend = SyncMySQLLockBackend(engine)
+    try:
+        backend.release(backend.acquire(resource, ttl=5, timeout=0))
+        sent = sent_commands(monkeypatch)
+        backend.release(backend.acquire(resource, ttl=5, timeout=0))
+        monkeypatch.undo()
+    finally:
+        backend.close()
+        engine.dispose()
+    grant = [sql for sql in sent if "GET_LOCK" in sql or FENCE_TABLE in sql]
+    assert len(grant) == 2, grant
+    assert "GET_LOCK" in grant[0]
+    assert FENCE_TABLE in grant[1]
+
+
+def test_close_disposes_of_the_engine_from_url_made(mysql_url: str, resource: str) -> None:
+    backend = SyncMySQLLockBackend.from_url(sync_url(mysql_url), pool_size=2)
+    backend.release(backend.acquire(resource, ttl=5, timeout=0))
+    with backend.engine.connect() as conn:  # the pooled session of that lease
+        session = conn.execute(sa.text("SELECT CONNECTION_ID()")).scalar_one()
+    backend.close()
+    with sa.create_engine(sync_url(mysql_url), poolclass=sa.NullPool).connect() as conn:
+        query = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = :id"
+        eventually(lambda: conn.execute(sa.text(query), {"id": session}).scalar_one() == 0)

@@ -116,9 +116,6 @@ from headway.lock.lease import Lease, check_timeout, check_ttl, new_token
 
 __all__ = ["MySQLLockBackend"]
 
-#: The client capability of several statements in one query (``CLIENT_MULTI_STATEMENTS``).
-_MULTI_STATEMENTS = 1 << 16
-
 T = TypeVar("T")
 
 
@@ -185,31 +182,24 @@ class MySQLLockBackend(WindowClaims, common.Common, SessionLockBackend[_Held]):
             return reply(await conn.execute(step.statement, step.params))
         # Several statements in one query: on the driver's own cursor, as SQLAlchemy's
         # result reads the first statement's reply only.
-        return await self._direct(conn, driver, step.paired, step.params, statements=2)
+        return await self._direct(conn, driver, step.paired, step.params)
 
     async def _direct(
-        self, conn: AsyncConnection, driver: Any, sql: str, params: dict[str, Any], statements: int
+        self, conn: AsyncConnection, driver: Any, sql: str, params: dict[str, Any]
     ) -> Reply:
-        """Run ``sql`` (``statements`` of them) on ``driver``'s own cursor. Errors are
-        wrapped as SQLAlchemy wraps them (a lost connection invalidated), for the flows
-        and the callers."""
+        """Run ``sql`` (its statements one after the other, in one query) on ``driver``'s
+        own cursor; the last statement's reply. Errors are wrapped as SQLAlchemy wraps
+        them (a lost connection invalidated), for the flows and the callers."""
         cursor = await driver.cursor()
         try:
             await cursor.execute(sql, params)
-            for _ in range(statements - 1):
-                await cursor.nextset()
-        except self.engine.dialect.loaded_dbapi.Error as exc:
-            lost = self.engine.dialect.is_disconnect(exc, driver, cursor)
+            while await cursor.nextset():
+                pass
+        except self._dialect.loaded_dbapi.Error as exc:
+            error, lost = self._wrapped(exc, sql, params, cursor)
             if lost:
                 await conn.invalidate()
-            raise sqlalchemy.exc.DBAPIError.instance(
-                sql,
-                params,
-                exc,
-                self.engine.dialect.loaded_dbapi.Error,
-                connection_invalidated=lost,
-                dialect=self.engine.dialect,
-            ) from exc
+            raise error from exc
         done = Reply(int(cursor.rowcount or 0), int(cursor.lastrowid or 0))
         await cursor.close()
         return done
@@ -296,7 +286,7 @@ class MySQLLockBackend(WindowClaims, common.Common, SessionLockBackend[_Held]):
         conn = await self._bounded(self.engine.connect().start(), wait + self.timeout)
         try:
             driver = (await conn.get_raw_connection()).driver_connection
-            paired = bool(getattr(driver, "client_flag", 0) & _MULTI_STATEMENTS)
+            paired = common.takes_several(driver)
             return conn, await self._session_id(conn, driver), driver if paired else None
         except BaseException:
             await _discard(conn)
@@ -339,5 +329,5 @@ class MySQLLockBackend(WindowClaims, common.Common, SessionLockBackend[_Held]):
         driver's own cursor where the grant went (it needs no result, and skips
         SQLAlchemy's statement handling, docs/decisions/lock.md)."""
         if held.driver is not None:
-            return self._direct(held.conn, held.driver, RELEASE_DIRECT, {"name": held.name}, 1)
+            return self._direct(held.conn, held.driver, RELEASE_DIRECT, {"name": held.name})
         return held.conn.execute(RELEASE, {"name": held.name})

@@ -250,6 +250,15 @@ def waited(sent: float, now: float, ttl_ms: int) -> bool:
     return now - sent > ttl_ms / 1000 / 10
 
 
+#: The client capability of several statements in one query (``CLIENT_MULTI_STATEMENTS``).
+MULTI_STATEMENTS = 1 << 16
+
+
+def takes_several(driver: Any) -> bool:
+    """Whether the driver's connection takes several statements in one query."""
+    return bool(getattr(driver, "client_flag", 0) & MULTI_STATEMENTS)
+
+
 class Common(LeaseErrors):
     """The parts of a MySQL lock backend that do not run statements."""
 
@@ -264,3 +273,21 @@ class Common(LeaseErrors):
         self.timeout = check_timeout(timeout)
         self.clock: Clock = clock or MonotonicClock()
         self.database: str = engine.url.database or ""
+        self._dialect = engine.dialect
+
+    def _wrapped(
+        self, exc: Exception, sql: str, params: dict[str, Any], cursor: Any
+    ) -> tuple[sqlalchemy.exc.StatementError, bool]:
+        """The driver's ``exc`` on its own cursor, wrapped as SQLAlchemy wraps its own
+        statements' errors (for the flows and the callers), and whether the connection
+        is lost (the caller invalidates it)."""
+        lost = self._dialect.is_disconnect(exc, None, cursor)
+        error = sqlalchemy.exc.DBAPIError.instance(
+            sql,
+            params,
+            exc,
+            self._dialect.loaded_dbapi.Error,
+            connection_invalidated=lost,
+            dialect=self._dialect,
+        )
+        return error, lost
