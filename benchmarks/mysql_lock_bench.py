@@ -20,16 +20,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import time
 import uuid
-from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
-from _stats import Samples
+from _stats import Contention, Samples
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from headway import Lease, MySQLLockBackend
@@ -37,13 +34,6 @@ from headway import Lease, MySQLLockBackend
 URL = os.environ.get("HEADWAY_TEST_MYSQL_URL", "mysql+aiomysql://root@127.0.0.1:3306/test")
 _GET = sa.text("SELECT GET_LOCK(:n, :w)")
 _RELEASE = sa.text("SELECT RELEASE_LOCK(:n)")
-
-
-@dataclass
-class Contention:
-    rates: list[float] = field(default_factory=list)
-    shares: Counter[int] = field(default_factory=Counter)
-    most_inside: int = 0
 
 
 Cycle = Callable[[str], Awaitable[None]]
@@ -165,12 +155,9 @@ async def one_round(
 
 
 def report(name: str, u: Samples, c: Contention) -> None:
-    total = sum(c.shares.values()) or 1
-    shares = " ".join(f"{100 * c.shares[i] / total:.1f}" for i in sorted(c.shares))
     print(
         f"{name:<8} uncontended {u.rate():7.0f} cycles/s  p50 {u.p50() * 1e3:6.3f} ms  "
-        f"p99 {u.p99() * 1e3:6.3f} ms | 8 workers {statistics.median(c.rates):6.0f} grants/s  "
-        f"inside<= {c.most_inside}  shares % [{shares}]"
+        f"p99 {u.p99() * 1e3:6.3f} ms | 8 workers {c.summary()}"
     )
 
 
@@ -194,10 +181,7 @@ def main() -> None:
     for name in samples:
         report(name, samples[name], contention[name])
     h, p = samples["headway"].rate(), samples["plain"].rate()
-    hc, pc = (
-        statistics.median(contention["headway"].rates),
-        statistics.median(contention["plain"].rates),
-    )
+    hc, pc = contention["headway"].rate(), contention["plain"].rate()
     print(f"headway / plain: uncontended {h / p:.2f}x, 8 workers {hc / pc:.2f}x")
     print(f"statements per headway cycle: {asyncio.run(statements_per_cycle(args.url))}")
 

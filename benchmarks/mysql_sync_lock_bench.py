@@ -20,17 +20,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import threading
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
-from _stats import Samples
+from _stats import Contention, Samples
 
 from headway import SyncMySQLLockBackend
 
@@ -38,13 +35,6 @@ URL = sa.make_url(os.environ.get("HEADWAY_TEST_MYSQL_URL", "mysql://root@127.0.0
 _GET = sa.text("SELECT GET_LOCK(:n, :w)")
 _RELEASE = sa.text("SELECT RELEASE_LOCK(:n)")
 SUBJECTS = ("headway", "headway, own engine", "plain")
-
-
-@dataclass
-class Contention:
-    rates: list[float] = field(default_factory=list)
-    shares: Counter[int] = field(default_factory=Counter)
-    most_inside: int = 0
 
 
 Acquire = Callable[[str], Any]
@@ -126,13 +116,10 @@ def one_round(url: str, name: str, cycles: int, seconds: float, u: Samples, c: C
 
 
 def report(name: str, u: Samples, c: Contention, base: tuple[float, float]) -> None:
-    total = sum(c.shares.values()) or 1
-    shares = " ".join(f"{100 * c.shares[i] / total:.1f}" for i in sorted(c.shares))
-    rate = statistics.median(c.rates)
     print(
         f"{name:<20} uncontended {u.rate():6.0f} cycles/s (x{u.rate() / base[0]:.2f})  "
-        f"p50 {u.p50() * 1e3:6.3f} ms  p99 {u.p99() * 1e3:6.3f} ms | 8 threads {rate:6.0f} "
-        f"grants/s (x{rate / base[1]:.2f})  inside<= {c.most_inside}  shares % [{shares}]"
+        f"p50 {u.p50() * 1e3:6.3f} ms  p99 {u.p99() * 1e3:6.3f} ms | "
+        f"8 threads (x{c.rate() / base[1]:.2f}) {c.summary()}"
     )
 
 
@@ -155,7 +142,7 @@ def main() -> None:
             f"{name} {samples[name].rates[-1]:.0f} / {contention[name].rates[-1]:.0f}"
             for name in SUBJECTS
         ))  # fmt: skip
-    base = (samples["plain"].rate(), statistics.median(contention["plain"].rates))
+    base = (samples["plain"].rate(), contention["plain"].rate())
     for name in SUBJECTS:
         report(name, samples[name], contention[name], base)
 

@@ -17,30 +17,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import sys
 import tempfile
 import threading
 import time
 import uuid
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from _stats import Samples
+from _stats import Contention, Samples
 from kazoo.client import KazooClient
 
 from headway import ZooKeeperLockBackend
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.zookeeper_server import ZooKeeperServer
-
-
-@dataclass
-class Contention:
-    rates: list[float] = field(default_factory=list)
-    shares: Counter[int] = field(default_factory=Counter)
-    most_inside: int = 0
 
 
 async def headway_uncontended(hosts: str, cycles: int, out: Samples) -> None:
@@ -125,12 +115,9 @@ def kazoo_contended(client: KazooClient, workers: int, seconds: float, out: Cont
 
 
 def report(name: str, u: Samples, c: Contention) -> None:
-    total = sum(c.shares.values()) or 1
-    shares = " ".join(f"{100 * c.shares[i] / total:.1f}" for i in sorted(c.shares))
     print(
         f"{name:<8} uncontended {u.rate():7.0f} cycles/s  p50 {u.p50() * 1e3:6.2f} ms  "
-        f"p99 {u.p99() * 1e3:6.2f} ms | 8 workers {statistics.median(c.rates):6.0f} grants/s  "
-        f"inside<= {c.most_inside}  shares % [{shares}]"
+        f"p99 {u.p99() * 1e3:6.2f} ms | 8 workers {c.summary()}"
     )
 
 
@@ -152,9 +139,7 @@ def run(hosts: str, rounds: int, cycles: int, seconds: float) -> None:
         for name in ("headway", "kazoo"):
             report(name, samples[name], contention[name])
         ratio = samples["headway"].rate() / samples["kazoo"].rate()
-        contended = statistics.median(contention["headway"].rates) / statistics.median(
-            contention["kazoo"].rates
-        )
+        contended = contention["headway"].rate() / contention["kazoo"].rate()
         print(f"headway / kazoo: uncontended x{ratio:.2f}, 8 workers x{contended:.2f}")
     finally:
         client.stop()
