@@ -125,6 +125,10 @@ def run(hosts: str, rounds: int, cycles: int, seconds: float) -> None:
     client = KazooClient(hosts=hosts, timeout=30.0)
     client.start(timeout=30)
     try:
+        # Unrecorded: a fresh server compiles its hot paths during the first thousand
+        # requests or so, which would slow whichever subject ran first.
+        asyncio.run(headway_uncontended(hosts, 500, Samples()))
+        kazoo_uncontended(client, 500, Samples())
         samples = {"headway": Samples(), "kazoo": Samples()}
         contention = {"headway": Contention(), "kazoo": Contention()}
         for r in range(rounds):
