@@ -124,18 +124,19 @@ class SyncMySQLLockBackend(SyncWindowClaims, common.Common):
     def from_url(
         cls, url: str, *, timeout: float = 2.0, clock: Clock | None = None, **engine_options: Any
     ) -> SyncMySQLLockBackend:
-        """A backend on an engine of its own for ``url`` (``mysql+pymysql://…``), which
-        ``close()`` disposes of. Over pymysql its connections take several statements in
-        one query (``CLIENT_MULTI_STATEMENTS``, as aiomysql's always do), so the fence
-        travels with the grant: two round trips a lease instead of three. The backend
-        only ever sends its own statements, with bound parameters.
+        """A backend on an engine of its own for ``url``, which ``close()`` disposes of;
+        other keyword arguments go to ``sqlalchemy.create_engine`` (``pool_size``: the
+        locks held or waited for at once, plus one).
+
+        Over pymysql its connections take several statements in one query
+        (``CLIENT_MULTI_STATEMENTS``, as aiomysql's always do), so the fence travels with
+        the grant: two round trips a lease instead of three. The backend only ever sends
+        its own statements, with bound parameters.
 
         Args:
-            url: The server's SQLAlchemy URL.
-            timeout: As for the constructor.
-            clock: As for the constructor.
-            **engine_options: For ``sqlalchemy.create_engine`` (``pool_size``, ...):
-                size the pool for the locks held or waited for at once, plus one.
+            url: The server's SQLAlchemy URL (``mysql+pymysql://…``).
+            timeout: As for the constructor; default 2.0.
+            clock: As for the constructor; default None.
         """
         if make_url(url).get_driver_name() == "pymysql":
             connect_args = dict(engine_options.pop("connect_args", {}))
