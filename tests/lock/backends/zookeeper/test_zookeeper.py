@@ -222,20 +222,22 @@ async def test_a_released_holder_hands_over_to_its_sessions_waiter_without_a_lis
     # Three requests of one session: the last watches the middle one, which still had
     # the holder ahead of it when the watch was set. Once the middle one holds and
     # releases, nothing can be ahead of the last: its grant costs no listing either.
+    # Pings (of any session on this server) may land in a window: the least of four.
     async with backends_on(fast_zookeeper.hosts, zk_prefix) as make:
-        backend, seen = make(), []
+        backend, seen = make(), collections.defaultdict(list)
         locks = [Lock(backend, "s", ttl=1, timeout=5) for _ in range(3)]
-        held = await locks[0].acquire()
-        middle = await queued(locks[1], locks[1].acquire)
-        last = await queued(locks[2], locks[2].acquire)
-        for holder, waiter in ((locks[0], middle), (locks[1], last)):
-            before = packets_received(fast_zookeeper)
-            await holder.release(held)  # one delete
-            async with asyncio.timeout(5):
-                held = await waiter
-            seen.append(packets_received(fast_zookeeper) - before - 1)  # less one srvr
-        await locks[2].release(held)
-    assert seen == [1, 1], seen
+        for _ in range(4):
+            held = await locks[0].acquire()
+            middle = await queued(locks[1], locks[1].acquire)
+            last = await queued(locks[2], locks[2].acquire)
+            for turn, (holder, waiter) in enumerate(((locks[0], middle), (locks[1], last))):
+                before = packets_received(fast_zookeeper)
+                await holder.release(held)  # one delete
+                async with asyncio.timeout(5):
+                    held = await waiter
+                seen[turn].append(packets_received(fast_zookeeper) - before - 1)  # less srvr
+            await locks[2].release(held)
+    assert [min(seen[0]), min(seen[1])] == [1, 1], seen
 
 
 async def test_a_waiter_that_leaves_hands_over_nothing(
