@@ -250,3 +250,20 @@ def test_close_disposes_of_the_engine_from_url_made(mysql_url: str, resource: st
     with sa.create_engine(sync_url(mysql_url), poolclass=sa.NullPool).connect() as conn:
         query = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = :id"
         eventually(lambda: conn.execute(sa.text(query), {"id": session}).scalar_one() == 0)
+
+
+def test_from_url_adds_its_flag_to_the_drivers_own(mysql_url: str) -> None:
+    # SQLAlchemy's flags stay (FOUND_ROWS, which run_once's window claims count on):
+    # from_url's connections differ from a plain engine's by several statements only.
+    def flags(engine: sa.Engine) -> int:
+        with engine.connect() as conn:
+            return int(conn.connection.driver_connection.client_flag)  # type: ignore[union-attr]
+
+    plain = sa.create_engine(sync_url(mysql_url), poolclass=sa.NullPool)
+    backend = SyncMySQLLockBackend.from_url(sync_url(mysql_url), pool_size=1)
+    try:
+        assert flags(backend.engine) == flags(plain) | MULTI_STATEMENTS
+        assert flags(plain) & MULTI_STATEMENTS == 0
+    finally:
+        backend.close()
+        plain.dispose()

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import sqlalchemy.exc
-from sqlalchemy import Connection, Engine, TextClause, create_engine, make_url
+from sqlalchemy import Connection, Engine, TextClause, create_engine, event
 
 from headway._clock import Clock
 from headway.lock.backends.mysql import common
@@ -75,6 +75,11 @@ def _discard(conn: Connection) -> None:
         conn.invalidate()
     with contextlib.suppress(Exception):
         conn.close()
+
+
+def _several_statements(dialect: Any, record: Any, cargs: Any, cparams: dict[str, Any]) -> None:
+    """``from_url``'s engines: each new connection takes several statements in one query."""
+    cparams["client_flag"] = cparams.get("client_flag", 0) | MULTI_STATEMENTS
 
 
 @contextlib.contextmanager
@@ -130,19 +135,20 @@ class SyncMySQLLockBackend(SyncWindowClaims, common.Common):
 
         Over pymysql its connections take several statements in one query
         (``CLIENT_MULTI_STATEMENTS``, as aiomysql's always do), so the fence travels with
-        the grant: two round trips a lease instead of three. The backend only ever sends
-        its own statements, with bound parameters.
+        the grant: two round trips a lease instead of three. The backend sends only its
+        own statements, with bound parameters; run no SQL of your own on its ``engine``.
 
         Args:
             url: The server's SQLAlchemy URL (``mysql+pymysql://…``).
             timeout: As for the constructor; default 2.0.
             clock: As for the constructor; default None.
         """
-        if make_url(url).get_driver_name() == "pymysql":
-            connect_args = dict(engine_options.pop("connect_args", {}))
-            connect_args["client_flag"] = connect_args.get("client_flag", 0) | MULTI_STATEMENTS
-            engine_options["connect_args"] = connect_args
-        backend = cls(create_engine(url, **engine_options), timeout=timeout, clock=clock)
+        engine = create_engine(url, **engine_options)
+        if engine.dialect.driver == "pymysql":
+            # Added to the flags SQLAlchemy and ``connect_args`` set (FOUND_ROWS among
+            # them, which the run_once window claims count on), not in their place.
+            event.listen(engine, "do_connect", _several_statements)
+        backend = cls(engine, timeout=timeout, clock=clock)
         backend._owns_engine = True
         return backend
 
