@@ -176,12 +176,14 @@ class QueuedBackend(QueuedPrimitives):
         self, resource: str, waiter: str, wake: AsyncWaiter | None, *, queued: bool
     ) -> None:
         """After the flow failed or was cancelled: leave the queue if still in it, and
-        stop listening."""
-        if queued:
-            with contextlib.suppress(Exception):
-                await run_to_end(self._leave(resource, waiter))
-        if wake is not None:
-            await self._unlisten(resource, waiter)
+        stop listening (even if cancelled again while leaving)."""
+        try:
+            if queued:
+                with contextlib.suppress(Exception):
+                    await run_to_end(self._leave(resource, waiter))
+        finally:
+            if wake is not None:
+                await self._unlisten(resource, waiter)
 
     async def _undo_grant(self, lease: Lease) -> None:
         """Release a grant its caller will never receive (it was cancelled, or failed)."""

@@ -267,3 +267,29 @@ async def test_a_waiter_that_leaves_hands_over_nothing(
         await holding.release(held)
         async with asyncio.timeout(5):
             await staying.release(await waiter)
+
+
+async def test_a_waiter_cancelled_again_while_leaving_stops_listening(
+    make_backend: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The second cancellation ends the leave's wait for its delete: the waiter's
+    # wake-ups and its place among the successors must go all the same.
+    backend = make_backend()
+    held = await backend.acquire("c2", 5, 1)
+    leaving = asyncio.Event()
+    leave = backend._leave
+
+    async def watched(resource: str, waiter: str) -> None:
+        leaving.set()
+        await leave(resource, waiter)
+
+    monkeypatch.setattr(backend, "_leave", watched)
+    lock = Lock(backend, "c2", ttl=5, timeout=30)
+    waiter = await queued(lock, lock.acquire)
+    waiter.cancel()
+    await leaving.wait()
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert (backend.session.wakers, backend.session.successors) == ({}, {})
+    await backend.release(held)
