@@ -293,3 +293,28 @@ async def test_a_waiter_cancelled_again_while_leaving_stops_listening(
         await waiter
     assert (backend.session.wakers, backend.session.successors) == ({}, {})
     await backend.release(held)
+
+
+@pytest.mark.parametrize(("ttl", "requests"), [(1.0, 1), (2.0, 2)])
+async def test_an_unlisted_grant_never_outlives_what_the_session_is_sure_of(
+    fast_zookeeper: ZooKeeperServer, zk_prefix: str, ttl: float, requests: int
+) -> None:
+    # The session lives its timeout (2 s here) past the server's last request from it.
+    # A grant on the deletion's event sends none: it is taken only if that leaves the
+    # whole TTL; a lease as long as the session timeout lists the queue (a request).
+    backend = ZooKeeperLockBackend(fast_zookeeper.hosts, prefix=zk_prefix, session_timeout=2)
+    seen = []
+    try:
+        holding, waiting = (Lock(backend, "t", ttl=ttl, timeout=5) for _ in range(2))
+        for _ in range(4):
+            held = await holding.acquire()
+            waiter = await queued(waiting, waiting.acquire)
+            before = packets_received(fast_zookeeper)
+            await holding.release(held)
+            async with asyncio.timeout(5):
+                lease = await waiter
+            seen.append(packets_received(fast_zookeeper) - before - 1)  # less one srvr
+            await waiting.release(lease)
+    finally:
+        await backend.aclose()
+    assert min(seen) == requests, seen

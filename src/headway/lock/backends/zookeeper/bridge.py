@@ -151,18 +151,23 @@ class WatchWaker:
     is first.
     """
 
-    __slots__ = ("event", "follows", "loop", "pending")
+    __slots__ = ("event", "follows", "heard", "loop", "pending")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.event = asyncio.Event()
         self.pending: set[str] | None = None  # the paths still to be deleted; None: look
+        self.heard = 0.0  # loop time, no later than the server last heard the session
         self.follows: str | None = None  # the node whose holder may hand it over (queue)
 
-    def expect(self, paths: set[str] | None) -> None:
+    def expect(self, paths: set[str] | None, heard: float) -> None:
         """Before the watches are set: the waiter holds the lock once every one of
-        ``paths`` is deleted (None: a wake-up only says to look again)."""
+        ``paths`` is deleted (None: a wake-up only says to look again). ``heard``: a
+        loop time no later than the server's last request from this session, which
+        the session outlives by its timeout (a grant without a request bounds the
+        lease by it)."""
         self.pending = paths
+        self.heard = heard
 
     def fire(self, event: Any = None) -> None:
         """The watch callback: wake the waiter (from any thread)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from abc import abstractmethod
 
 from kazoo.exceptions import NoNodeError, SessionExpiredError
@@ -171,9 +172,10 @@ class ZooKeeperQueue(QueuedBackend):
         waker = self.session.wakers.get(step.token)
         if node is None:
             node, children = await self._enqueue(folder, step.token)
-        elif waker is not None and waker.granted():
+        elif waker is not None and waker.granted() and self._vouched(waker, sent) >= step.ttl_ms:
             # What it waited for was deleted, and nothing made later goes first: granted,
-            # one listing sooner than a look would tell.
+            # one listing sooner than a look would tell, if the session is sure to outlive
+            # the lease without a request now (else the listing proves it alive).
             self._arm(step.token, node, sent + step.ttl_ms / 1000, loop)
             return Attempt(True, fence=node.czxid)
         else:
@@ -193,7 +195,7 @@ class ZooKeeperQueue(QueuedBackend):
             if waker is None:  # not listening yet: the driver listens, then tries again
                 return Attempt(False, pttl_ms=_hint_ms())
             last = self._last_blockers(node.name, children, blockers)
-            waker.expect({f"{folder}/{name}" for name in blockers} if last else None)
+            waker.expect({f"{folder}/{name}" for name in blockers} if last else None, sent)
             self._follow(waker, f"{folder}/{blockers[0]}" if self.succession else None)
             if await self._watch(folder, blockers, waker):
                 return Attempt(False, pttl_ms=_hint_ms())
@@ -205,6 +207,11 @@ class ZooKeeperQueue(QueuedBackend):
         calls = [client.exists_async(f"{folder}/{name}", watch=waker.fire) for name in blockers]
         stats = [await self.session.call(call) for call in calls]
         return all(stat is not None for stat in stats)
+
+    def _vouched(self, waker: WatchWaker, now: float) -> int:
+        """How long (ms) the session is sure to live from ``now``: its timeout past the
+        server's last request from it (``waker.heard``); 0 if that may have run out."""
+        return max(0, math.floor(self.session.session_ms - (now - waker.heard) * 1000))
 
     def _follow(self, waker: WatchWaker, path: str | None) -> None:
         """Record that ``waker`` waits on the node at ``path`` alone (None: on nothing now)."""
@@ -223,7 +230,8 @@ class ZooKeeperQueue(QueuedBackend):
         successor = self.session.successors.pop(node.path, None)
         if successor is not None:
             successor.follows = None
-            successor.expect({node.path})
+            # Heard by the server after now: the delete is sent right after this.
+            successor.expect({node.path}, asyncio.get_running_loop().time())
 
     def _arm(self, token: str, node: Node, until: float, loop: asyncio.AbstractEventLoop) -> None:
         """Delete ``node`` at ``until`` (loop time) unless renewed: the lease's end."""
