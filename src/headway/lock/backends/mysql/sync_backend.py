@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -38,7 +38,6 @@ from headway._clock import Clock
 from headway.lock.backends.mysql import common
 from headway.lock.backends.mysql.common import (
     GIVE_BACK,
-    MULTI_STATEMENTS,
     NOT_GRANTED,
     RELEASE,
     RELEASE_DIRECT,
@@ -51,6 +50,7 @@ from headway.lock.backends.mysql.common import (
     reply,
     seconds,
 )
+from headway.lock.backends.mysql.sync_connection import discard, read_timeout, several_statements
 from headway.lock.backends.windows import SyncWindowClaims
 from headway.lock.introspection import LockState
 from headway.lock.lease import Lease, check_timeout, check_ttl, new_token
@@ -67,34 +67,6 @@ class _Held:
     driver: Any  # the driver's connection when it takes several statements, else None
     # One connection runs one statement at a time: extend and release queue here.
     busy: threading.Lock = field(default_factory=threading.Lock)
-
-
-def _discard(conn: Connection) -> None:
-    """Close the connection for good: the session ends, and its locks with it."""
-    with contextlib.suppress(Exception):
-        conn.invalidate()
-    with contextlib.suppress(Exception):
-        conn.close()
-
-
-def _several_statements(dialect: Any, record: Any, cargs: Any, cparams: dict[str, Any]) -> None:
-    """``from_url``'s engines: each new connection takes several statements in one query."""
-    cparams["client_flag"] = cparams.get("client_flag", 0) | MULTI_STATEMENTS
-
-
-@contextlib.contextmanager
-def _read_timeout(conn: Connection, seconds: float) -> Iterator[None]:
-    """Bound the replies read on ``conn`` to ``seconds`` (pymysql; another driver as is)."""
-    driver = getattr(conn.connection, "driver_connection", None)
-    if not hasattr(driver, "_read_timeout"):
-        yield
-        return
-    before = driver._read_timeout  # type: ignore[union-attr]
-    driver._read_timeout = seconds  # type: ignore[union-attr]
-    try:
-        yield
-    finally:
-        driver._read_timeout = before  # type: ignore[union-attr]
 
 
 class SyncMySQLLockBackend(SyncWindowClaims, common.Common):
@@ -147,7 +119,7 @@ class SyncMySQLLockBackend(SyncWindowClaims, common.Common):
         if engine.dialect.driver == "pymysql":
             # Added to the flags SQLAlchemy and ``connect_args`` set (FOUND_ROWS among
             # them, which the run_once window claims count on), not in their place.
-            event.listen(engine, "do_connect", _several_statements)
+            event.listen(engine, "do_connect", several_statements)
         backend = cls(engine, timeout=timeout, clock=clock)
         backend._owns_engine = True
         return backend
@@ -155,7 +127,7 @@ class SyncMySQLLockBackend(SyncWindowClaims, common.Common):
     def _execute(
         self, conn: Connection, statement: TextClause, params: dict[str, Any], seconds: float
     ) -> Any:
-        with _read_timeout(conn, seconds):
+        with read_timeout(conn, seconds):
             return conn.execute(statement, params)
 
     def _direct(
@@ -163,7 +135,7 @@ class SyncMySQLLockBackend(SyncWindowClaims, common.Common):
     ) -> Reply:
         """Run ``sql`` (its statements one after the other, in one query) on ``driver``'s
         own cursor, as ``MySQLLockBackend._direct``; the last statement's reply."""
-        with _read_timeout(conn, seconds):
+        with read_timeout(conn, seconds):
             cursor = driver.cursor()
             try:
                 cursor.execute(sql, params)
@@ -224,7 +196,7 @@ class SyncMySQLLockBackend(SyncWindowClaims, common.Common):
             except sqlalchemy.exc.DBAPIError as exc:
                 if common.server_answered(exc):
                     # The statement is over, perhaps granted: end the session.
-                    _discard(conn)
+                    discard(conn)
                     if common.errno(exc) in NOT_GRANTED:
                         raise self._not_acquired(resource, timeout) from exc
                 else:
@@ -272,16 +244,17 @@ class SyncMySQLLockBackend(SyncWindowClaims, common.Common):
             raise self._unavailable(exc) from exc
         try:
             driver = conn.connection.driver_connection
-            return conn, self._session_id(conn), driver if common.takes_several(driver) else None
+            several = common.takes_several(driver)
+            return conn, self._session_id(conn, driver), driver if several else None
         except BaseException as exc:
-            _discard(conn)
+            discard(conn)
             if isinstance(exc, UNAVAILABLE):
                 raise self._unavailable(exc) from exc
             raise
 
-    def _session_id(self, conn: Connection) -> int:
+    def _session_id(self, conn: Connection, driver: Any) -> int:
         """pymysql has it from the handshake; another driver is asked once."""
-        thread_id = getattr(conn.connection.driver_connection, "thread_id", None)
+        thread_id = getattr(driver, "thread_id", None)
         if callable(thread_id):
             return int(thread_id())
         return int(self._execute(conn, SESSION_ID, {}, self.timeout).scalar_one())
@@ -299,16 +272,16 @@ class SyncMySQLLockBackend(SyncWindowClaims, common.Common):
                 if time.monotonic() >= give_up:
                     break
                 time.sleep(0.001)
-        _discard(conn)
+        discard(conn)
 
     def _give_back(self, conn: Connection) -> None:
         """Restore the settings of a session that holds no lock and return it to the pool."""
         try:
             self._execute(conn, GIVE_BACK, {}, self.timeout)
         except UNAVAILABLE:
-            _discard(conn)
+            discard(conn)
         except BaseException:
-            _discard(conn)
+            discard(conn)
             raise
         else:
             conn.close()
@@ -329,7 +302,7 @@ class SyncMySQLLockBackend(SyncWindowClaims, common.Common):
                 # A session that failed a statement cannot be trusted to hold anything:
                 # end it, so the lock is freed for certain.
                 self._held.pop(lease.token, None)
-                _discard(held.conn)
+                discard(held.conn)
                 if isinstance(exc, UNAVAILABLE):
                     why = f" ({type(exc).__name__}: its session ended or did not answer)"
                     raise self._not_owned(lease, "extend", why) from exc
@@ -343,13 +316,13 @@ class SyncMySQLLockBackend(SyncWindowClaims, common.Common):
             raise self._not_owned(lease, "release")
         with held.busy:
             try:
+                params = {"name": held.name}
                 if held.driver is not None:  # no result needed: skip SQLAlchemy's handling
-                    params = {"name": held.name}
                     self._direct(held.conn, held.driver, RELEASE_DIRECT, params, self.timeout)
                 else:
-                    self._execute(held.conn, RELEASE, {"name": held.name}, self.timeout)
+                    self._execute(held.conn, RELEASE, params, self.timeout)
             except BaseException as exc:
-                _discard(held.conn)
+                discard(held.conn)
                 if not isinstance(exc, UNAVAILABLE):
                     raise
                 if not common.server_answered(exc) and common.timed_out(exc):
@@ -363,6 +336,6 @@ class SyncMySQLLockBackend(SyncWindowClaims, common.Common):
         ``from_url`` made it (else it stays yours)."""
         held, self._held = list(self._held.values()), {}
         for h in held:
-            _discard(h.conn)
+            discard(h.conn)
         if self._owns_engine:
             self.engine.dispose()
